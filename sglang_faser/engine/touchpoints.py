@@ -1,0 +1,59 @@
+"""Every SGLang 0.5.23 symbol sglang-faser touches, in one place.
+
+Line numbers refer to the sglang==0.5.23 wheel (see shared/docs/sglang-0.5.23-map.md). When SGLang is bumped,
+re-check each entry here, then re-scan the wheel for new ``from sgl_kernel import *_cpu`` names
+(``sglang_faser/kernels/cpu`` must provide them).
+
+| symbol | why |
+|---|---|
+| ``sglang.srt.runtime_context.override_platform`` (:1950) | report AMX so that ``intel_amx`` attention, the only CPU backend with TARGET_VERIFY, is not replaced by ``torch_native`` (``srt/arg_groups/overrides.py:1301``) |
+| ``sglang.srt.plugins.load_plugins`` (:103) | run our plugin in the launcher process before argument resolution |
+| ``sglang.srt.server_args.prepare_server_args`` (:668) | parse the SGLang half of the launcher's command line |
+| ``sglang.launch_server.run_server`` | start the real HTTP server |
+| ``sglang.srt.utils.kill_process_tree`` | reap scheduler/detokenizer children when the launcher exits |
+"""
+
+from __future__ import annotations
+
+_cpu_platform_override = None
+
+
+def report_amx_on_cpu() -> None:
+    """Make SGLang keep ``--attention-backend intel_amx`` on a CPU without AMX (idempotent).
+
+    Only argument resolution reads ``has_amx``; ``cpu_has_amx_support()`` stays false because the stand-in never
+    registers ``convert_weight_packed``, so every non-attention layer keeps its native PyTorch path
+    (sglang-on-cpu.md §5).
+    """
+    global _cpu_platform_override
+    if _cpu_platform_override is None:
+        from sglang.srt.runtime_context import override_platform
+
+        _cpu_platform_override = override_platform(has_amx=True)
+        _cpu_platform_override.install()
+
+
+def prepare_server_args(argv: list[str]):
+    from sglang.srt.server_args import prepare_server_args as _prepare
+
+    return _prepare(argv)
+
+
+def load_plugins() -> None:
+    from sglang.srt.plugins import load_plugins as _load
+
+    _load()
+
+
+def run_server(server_args) -> None:
+    from sglang.launch_server import run_server as _run
+
+    _run(server_args)
+
+
+def kill_child_processes() -> None:
+    import os
+
+    from sglang.srt.utils import kill_process_tree
+
+    kill_process_tree(os.getpid(), include_parent=False)

@@ -1,0 +1,100 @@
+"""``python -m sglang_faser.launch_server``: a drop-in for ``python -m sglang.launch_server`` with FASER.
+
+Accepts every SGLang flag plus the ``--faser-*`` flags (validated here, before anything heavy is imported) and
+applies what a CPU-only machine needs (sglang-on-cpu.md §5-6):
+
+* ``SGLANG_USE_CPU_ENGINE=1`` and ``--device cpu`` when only the sgl_kernel stand-in is available;
+* ``--attention-backend intel_amx`` (the one CPU backend that can verify drafts) with the platform reporting AMX;
+* with no ``--model-path``, the embedded default: a tiny model generated offline on first use; asking for
+  ``--speculative-algorithm EAGLE`` or ``STANDALONE`` without a draft path picks the matching embedded draft.
+
+The FASER settings reach SGLang's scheduler processes as JSON in ``SGLANG_FASER_CONFIG``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from sglang_faser.launch_flags import build_parser, parse_faser_args
+from sglang_faser.spec.config import ENV_VAR
+
+logger = logging.getLogger("sglang_faser.launch_server")
+
+_EMBEDDED_DRAFTS = {"EAGLE": "eagle", "STANDALONE": "standalone"}
+
+
+def _flag_value(argv: list[str], flag: str) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _has_flag(argv: list[str], *flags: str) -> bool:
+    return any(a == f or a.startswith(f + "=") for a in argv for f in flags)
+
+
+def apply_cpu_and_model_defaults(argv: list[str], on_cpu: bool) -> list[str]:
+    """Return SGLang's argv with the embedded model and CPU settings filled in where the user gave none."""
+    argv = list(argv)
+    if not _has_flag(argv, "--model-path", "--model"):
+        from sglang_faser.models.tiny import ensure_tiny_suite
+
+        suite = ensure_tiny_suite()
+        argv += ["--model-path", str(suite.target)]
+        algorithm = (_flag_value(argv, "--speculative-algorithm") or "").upper()
+        if algorithm in _EMBEDDED_DRAFTS and not _has_flag(argv, "--speculative-draft-model-path"):
+            argv += ["--speculative-draft-model-path", str(getattr(suite, _EMBEDDED_DRAFTS[algorithm]))]
+        if on_cpu and not _has_flag(argv, "--dtype"):
+            argv += ["--dtype", "float32"]
+    if on_cpu:
+        if not _has_flag(argv, "--device"):
+            argv += ["--device", "cpu"]
+        if not _has_flag(argv, "--attention-backend"):
+            argv += ["--attention-backend", "intel_amx"]
+    return argv
+
+
+def _print_help() -> None:
+    build_parser().print_help()
+    print("\nSGLang flags (python -m sglang.launch_server --help):\n")
+    from sglang_faser.engine import touchpoints
+
+    touchpoints.prepare_server_args(["--help"])
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "-h" in argv or "--help" in argv:
+        _print_help()
+        return
+    config, sglang_argv = parse_faser_args(argv)  # exits on bad --faser-* flags before any model loads
+
+    from sglang_faser import cpu_bootstrap
+
+    cpu_bootstrap.install()
+    on_cpu = cpu_bootstrap.using_standin()
+    if on_cpu:
+        os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
+    os.environ[ENV_VAR] = config.to_json()
+    sglang_argv = apply_cpu_and_model_defaults(sglang_argv, on_cpu)
+
+    from sglang_faser.engine import touchpoints
+
+    if on_cpu:
+        touchpoints.report_amx_on_cpu()
+    touchpoints.load_plugins()
+    server_args = touchpoints.prepare_server_args(sglang_argv)
+    logger.info("FASER config: %s", config.to_json())
+    try:
+        touchpoints.run_server(server_args)
+    finally:
+        touchpoints.kill_child_processes()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""Shared fixtures: tiny models made once per run, HF greedy references, and engines shared across tests.
+
+SGLang reads ``SGLANG_USE_CPU_ENGINE`` when it is first imported, so it is set here, before any test module
+imports SGLang. Engines take ~35 s to start on 2 cores: ``engine_pool`` keeps each configuration alive for the
+whole session (at most ``MAX_ALIVE`` at once, least recently used shut down first).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+
+import pytest
+
+from sglang_faser import cpu_bootstrap
+
+cpu_bootstrap.install()
+ON_CPU = cpu_bootstrap.using_standin()
+if ON_CPU:
+    os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
+
+MAX_ALIVE = 2
+
+
+@pytest.fixture(scope="session")
+def tiny_suite(tmp_path_factory):
+    from sglang_faser.models.tiny import ensure_tiny_suite
+
+    return ensure_tiny_suite(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_suite):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_suite.target)
+
+
+@pytest.fixture(scope="session")
+def hf_greedy():
+    """``hf_greedy(model_dir, input_ids, n)``: the target's own greedy continuation, computed with HF."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    models = {}
+    cache = {}
+
+    def run(model_dir, input_ids: list[int], max_new_tokens: int) -> list[int]:
+        key = (str(model_dir), tuple(input_ids), max_new_tokens)
+        if key not in cache:
+            if str(model_dir) not in models:
+                models[str(model_dir)] = AutoModelForCausalLM.from_pretrained(
+                    model_dir, dtype=torch.float32
+                ).eval()
+            out = models[str(model_dir)].generate(
+                torch.tensor([input_ids]),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                eos_token_id=None,
+                pad_token_id=2,
+            )
+            cache[key] = out[0, len(input_ids) :].tolist()
+        return cache[key]
+
+    return run
+
+
+class EnginePool:
+    def __init__(self):
+        self._engines: OrderedDict[str, object] = OrderedDict()
+
+    def get(self, key: str, **kwargs):
+        if key in self._engines:
+            self._engines.move_to_end(key)
+            return self._engines[key]
+        while len(self._engines) >= MAX_ALIVE:
+            _, old = self._engines.popitem(last=False)
+            old.shutdown()
+        import sglang as sgl
+
+        settings = dict(
+            device="cpu" if ON_CPU else "cuda",
+            attention_backend="intel_amx" if ON_CPU else None,
+            dtype="float32",
+            max_total_tokens=4096,
+            disable_cuda_graph=True,
+            log_level="warning",
+            random_seed=0,
+        )
+        settings.update(kwargs)
+        self._engines[key] = sgl.Engine(**{k: v for k, v in settings.items() if v is not None})
+        return self._engines[key]
+
+    def close(self):
+        while self._engines:
+            _, engine = self._engines.popitem()
+            engine.shutdown()
+
+
+@pytest.fixture(scope="session")
+def engine_pool():
+    pool = EnginePool()
+    yield pool
+    pool.close()
