@@ -24,6 +24,9 @@ import sys
 import types
 
 STANDIN_MARKER = "__sglang_faser_standin__"
+# Submodules SGLang imports unconditionally on a CPU run. Any other ``sgl_kernel.*`` raises ModuleNotFoundError,
+# so SGLang's own ``try: from sgl_kernel.scalar_type import ... except ImportError`` fallbacks still work.
+STANDIN_MODULES = ("sgl_kernel", "sgl_kernel.speculative", "sgl_kernel.mamba")
 
 
 def _raise_missing(name: str):
@@ -64,14 +67,14 @@ class _StandinLoader(importlib.abc.Loader):
             cpu.register_torch_library_ops()
         elif name == "sgl_kernel.speculative":
             module.__dict__.update(cpu.SPECULATIVE_OPS)
-        # any other submodule (sgl_kernel.mamba, ...) only has the raising __getattr__
+        # sgl_kernel.mamba (linear-attention models only) has just the raising __getattr__
 
 
 class _FallbackSglKernelFinder(importlib.abc.MetaPathFinder):
     """Last-resort finder for ``sgl_kernel``: consulted only after every real finder said no."""
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != "sgl_kernel" and not fullname.startswith("sgl_kernel."):
+        if fullname not in STANDIN_MODULES:
             return None
         if fullname != "sgl_kernel" and not getattr(sys.modules.get("sgl_kernel"), STANDIN_MARKER, False):
             return None  # a submodule of a real sgl_kernel: not ours to serve

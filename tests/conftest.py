@@ -1,8 +1,12 @@
 """Shared fixtures: tiny models made once per run, HF greedy references, and engines shared across tests.
 
 SGLang reads ``SGLANG_USE_CPU_ENGINE`` when it is first imported, so it is set here, before any test module
-imports SGLang. Engines take ~35 s to start on 2 cores: ``engine_pool`` keeps each configuration alive for the
-whole session (at most ``MAX_ALIVE`` at once, least recently used shut down first).
+imports SGLang. Engines take ~20-35 s to start on 2 cores: ``engine_pool`` keeps the last configuration alive
+until a test asks for another one, so tests that share a configuration should sit together.
+
+Only one engine may live at a time: ``Engine.shutdown()`` kills *every* child of the calling process
+(``kill_process_tree(os.getpid())``, sglang/srt/entrypoints/engine.py), which takes other engines' schedulers and
+any server subprocess a test started with it, and SGLang's watchdog then kills the test process.
 """
 
 from __future__ import annotations
@@ -19,14 +23,22 @@ ON_CPU = cpu_bootstrap.using_standin()
 if ON_CPU:
     os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
 
-MAX_ALIVE = 2
+MAX_ALIVE = 1
 
 
 @pytest.fixture(scope="session")
-def tiny_suite(tmp_path_factory):
-    from sglang_faser.models.tiny import ensure_tiny_suite
+def faser_cache(tmp_path_factory):
+    """A per-run SGLANG_FASER_CACHE, exported so that launched servers reuse the same tiny models."""
+    cache = tmp_path_factory.mktemp("faser-cache")
+    os.environ["SGLANG_FASER_CACHE"] = str(cache)
+    return cache
 
-    return ensure_tiny_suite(tmp_path_factory.mktemp("models"))
+
+@pytest.fixture(scope="session")
+def tiny_suite(faser_cache):
+    from sglang_faser.models.tiny import default_cache_dir, ensure_tiny_suite
+
+    return ensure_tiny_suite(default_cache_dir())
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,77 @@
+"""How long the goodput policy takes to decide a step's lengths, by batch size (CPU wall time).
+
+The scheduler calls the policy once per decode step, so its decision must stay well under a millisecond at
+B = 256. Prints median and p99 microseconds per decision and writes benchmarks/results/policy_decision.json.
+
+    python benchmarks/policy_decision.py [--max-len 8] [--repeats 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+from sglang_faser.spec.acceptance import AcceptanceTracker
+from sglang_faser.spec.cost_model import StepCostModel
+from sglang_faser.spec.policy import FixedPolicy, GoodputPolicy
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def time_decisions(batch: int, max_len: int, repeats: int, rng: np.random.Generator) -> dict:
+    tracker = AcceptanceTracker(max_len=max_len)
+    rids = [f"r{i}" for i in range(batch)]
+    cost = StepCostModel(verify_coef=[8.0, 0.02, 0.05], draft_coef=[0.5, 0.01, 1.0, 0.005])
+    policy = GoodputPolicy()
+    caps, mins = np.full(batch, max_len), np.zeros(batch, dtype=np.int64)
+    samples = []
+    for _ in range(repeats):
+        accept = rng.uniform(0.0, 1.0, size=(batch, max_len))
+        start = time.perf_counter()
+        plan = policy.plan(accept, caps, mins, cost)
+        samples.append(time.perf_counter() - start)
+    # the per-step bookkeeping that goes with a decision: read estimates, then record the outcome
+    book = []
+    for _ in range(repeats // 4):
+        start = time.perf_counter()
+        tracker.accept_probs(rids)
+        tracker.observe(rids, plan.lengths, np.minimum(plan.lengths, rng.integers(0, max_len, batch)))
+        book.append(time.perf_counter() - start)
+    fixed = max(FixedPolicy(k).plan(accept, caps, mins, cost).goodput for k in range(max_len + 1))
+    us = np.array(samples) * 1e6
+    return {
+        "batch": batch,
+        "max_len": max_len,
+        "decision_us_median": float(np.median(us)),
+        "decision_us_p99": float(np.percentile(us, 99)),
+        "tracker_us_median": float(np.median(book) * 1e6),
+        "last_plan_goodput_vs_best_fixed": plan.goodput / fixed if fixed else None,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--max-len", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=2000)
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    rows = [time_decisions(b, args.max_len, args.repeats, rng) for b in (1, 16, 64, 256)]
+    print(f"{'batch':>6} {'decide median us':>17} {'p99 us':>8} {'tracker us':>11} {'vs best fixed':>14}")
+    for r in rows:
+        print(
+            f"{r['batch']:>6} {r['decision_us_median']:>17.1f} {r['decision_us_p99']:>8.1f} "
+            f"{r['tracker_us_median']:>11.1f} {r['last_plan_goodput_vs_best_fixed']:>14.3f}"
+        )
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = {"machine": platform.processor() or platform.machine(), "python": platform.python_version(), "rows": rows}
+    (RESULTS / "policy_decision.json").write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {RESULTS / 'policy_decision.json'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,212 @@
+"""The two intel_amx attention ops (``torch.ops.sgl_kernel.{decode,extend}_attention_cpu``) in plain PyTorch.
+
+Reference numerics, not speed: per request, gather the K/V rows named by ``req_to_token`` in float32, then
+softmax(Q K^T * sm_scale) V with GQA, optional logit cap and the verify masks. The caller is
+``srt/layers/attention/intel_amx_backend.py`` (``forward_extend`` at :230, call at :290; ``forward_decode`` at
+:316, call at :383), which passes every argument positionally. Sliding windows, attention sinks,
+cross-attention and encoder lengths are not implemented and raise, so misuse is loud rather than silently
+wrong.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_NO_MASK, _CAUSAL, _QLEN_ONLY, _FULL = "none", "causal", "qlen_only", "full"
+
+
+def _reject_unsupported(
+    op: str,
+    is_cross_attn: bool,
+    sliding_window_size: int,
+    encoder_lens: torch.Tensor | None,
+    sinks: torch.Tensor | None,
+) -> None:
+    """Raise for the features the Llama-only stand-in does not implement (the backend passes window + 1)."""
+    if is_cross_attn:
+        raise NotImplementedError(f"{op}: cross-attention is not supported by the CPU stand-in")
+    if sliding_window_size > 0:
+        raise NotImplementedError(f"{op}: sliding-window attention is not supported by the CPU stand-in")
+    if encoder_lens is not None:
+        raise NotImplementedError(f"{op}: encoder lengths (encoder-decoder models) are not supported")
+    if sinks is not None:
+        raise NotImplementedError(f"{op}: attention sinks are not supported by the CPU stand-in")
+
+
+def _gather_kv(cache: torch.Tensor, slots: torch.Tensor, scale: float, num_heads: int) -> torch.Tensor:
+    """Rows ``slots`` of a ``[slots, H_kv, D]`` cache as scaled float32 ``[H, L, D]``, KV heads repeated."""
+    rows = cache[slots].to(torch.float32)
+    if scale != 1.0:
+        rows = rows * scale
+    group = num_heads // rows.shape[1]
+    if group * rows.shape[1] != num_heads:
+        raise ValueError(f"query heads {num_heads} are not a multiple of KV heads {rows.shape[1]}")
+    return rows.repeat_interleave(group, dim=1).transpose(0, 1)
+
+
+def _attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    visible: torch.Tensor | None,
+    sm_scale: float,
+    logit_cap: float,
+) -> torch.Tensor:
+    """softmax(q k^T) v for ``q [M, H, D]``, ``k [H, L, D]``, ``v [H, L, Dv]``; ``visible [M, L]`` or None.
+
+    Returns float32 ``[M, H, Dv]``; a query row that sees no key gets zeros instead of NaN.
+    """
+    scores = torch.einsum("mhd,hld->hml", q.to(torch.float32), k) * sm_scale
+    if logit_cap > 0:
+        scores = logit_cap * torch.tanh(scores / logit_cap)
+    if visible is not None:
+        scores = scores.masked_fill(~visible[None], float("-inf"))
+    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return torch.einsum("hml,hld->mhd", probs, v)
+
+
+def decode_attention_cpu(
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    key_scale: float,
+    value_scale: float,
+    output: torch.Tensor,
+    key: torch.Tensor | None,
+    value: torch.Tensor | None,
+    loc: torch.Tensor,
+    attn_logits: torch.Tensor,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    sm_scale: float,
+    logit_cap: float,
+    is_cross_attn: bool,
+    sliding_window_size: int,
+    encoder_lens: torch.Tensor | None,
+    sinks: torch.Tensor | None,
+) -> None:
+    """One query row per request, attending to ``req_to_token[req_pool_indices[b], :seq_lens[b]]``.
+
+    If ``key``/``value`` are given they are first written into the caches at rows ``loc`` (the backend passes
+    None when it already wrote them, e.g. for fp8). ``attn_logits`` is the real kernel's split-KV scratch and
+    is ignored. In EAGLE draft steps the multi-step backend passes its ``build_draft_decode_metadata_cpu``
+    table, with one row per (request, branch).
+    """
+    del attn_logits
+    _reject_unsupported("decode_attention_cpu", is_cross_attn, sliding_window_size, encoder_lens, sinks)
+    slots = loc.reshape(-1).to(torch.int64)
+    if key is not None:
+        k_cache[slots] = key.reshape(-1, *k_cache.shape[1:]).to(k_cache.dtype)
+    if value is not None:
+        v_cache[slots] = value.reshape(-1, *v_cache.shape[1:]).to(v_cache.dtype)
+
+    num_heads = query.shape[1]
+    lens = seq_lens.reshape(-1).tolist()
+    pools = req_pool_indices.reshape(-1).tolist()
+    for b, (pool, seq_len) in enumerate(zip(pools, lens)):
+        kv_slots = req_to_token[int(pool), : int(seq_len)].to(torch.int64)
+        k = _gather_kv(k_cache, kv_slots, key_scale, num_heads)
+        v = _gather_kv(v_cache, kv_slots, value_scale, num_heads)
+        out = _attend(query[b : b + 1], k, v, None, sm_scale, logit_cap)
+        output[b : b + 1] = out.to(output.dtype)
+
+
+def _mask_kind(
+    tree_mask: torch.Tensor | None, is_causal: bool, ext_lens: list[int], seq_lens: list[int]
+) -> str:
+    """Which masking ``extend_attention_cpu`` applies (see the ``extend_attention_cpu`` docstring)."""
+    if tree_mask is None or tree_mask.numel() == 0:
+        return _CAUSAL if is_causal else _NO_MASK
+    if tree_mask.numel() == sum(e * e for e in ext_lens):
+        return _QLEN_ONLY
+    needed = sum(e * s for e, s in zip(ext_lens, seq_lens))
+    if tree_mask.numel() < needed:
+        raise ValueError(
+            f"extend_attention_cpu: tree_mask has {tree_mask.numel()} elements; a QLEN_ONLY mask needs "
+            f"{sum(e * e for e in ext_lens)} and a FULL mask at least {needed}"
+        )
+    return _FULL
+
+
+def _visible(
+    kind: str, flat_mask: torch.Tensor | None, offset: int, ext: int, seq_len: int
+) -> torch.Tensor | None:
+    """``[ext, seq_len]`` visibility of one request's keys, or None when nothing is masked."""
+    prefix = seq_len - ext
+    if kind == _NO_MASK:
+        return None
+    if kind == _CAUSAL:
+        query_pos = prefix + torch.arange(ext)[:, None]
+        return torch.arange(seq_len)[None, :] <= query_pos
+    assert flat_mask is not None
+    if kind == _QLEN_ONLY:
+        tree = flat_mask[offset : offset + ext * ext].view(ext, ext)
+        return torch.cat([torch.ones(ext, prefix, dtype=torch.bool), tree], dim=1)
+    return flat_mask[offset : offset + ext * seq_len].view(ext, seq_len)
+
+
+def extend_attention_cpu(
+    q_extend: torch.Tensor,
+    k_extend: torch.Tensor | None,
+    v_extend: torch.Tensor | None,
+    o_extend: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    key_scale: float,
+    value_scale: float,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    extend_seq_lens: torch.Tensor,
+    extend_start_loc: torch.Tensor,
+    max_len_extend: int,
+    sm_scale: float,
+    logit_cap: float,
+    is_cross_attn: bool,
+    sliding_window_size: int,
+    encoder_lens: torch.Tensor | None,
+    sinks: torch.Tensor | None,
+    tree_mask: torch.Tensor | None,
+    is_causal: bool,
+) -> None:
+    """Prefill / verify attention over prefix + new tokens, read entirely from the KV buffers.
+
+    The backend has already written the new K/V (``set_kv_buffer``), so ``k_extend``/``v_extend`` are not
+    read. Request b's queries are ``q_extend[extend_start_loc[b] : + extend_seq_lens[b]]``; its keys are the
+    first ``seq_lens[b]`` slots of its table row, the prefix being ``seq_lens[b] - extend_seq_lens[b]``.
+    Masking:
+
+    - ``tree_mask`` with ``numel == sum(ext_b ** 2)`` (QLEN_ONLY, what CPU verify uses): each request consumes
+      an ``[ext, ext]`` block over its new tokens, in batch order; the prefix stays fully visible;
+    - any other non-empty ``tree_mask`` (FULL): each request consumes an ``[ext, prefix + ext]`` block;
+    - no mask and ``is_causal``: query j sees keys ``[0, prefix + j]``; otherwise nothing is masked.
+
+    In TARGET_VERIFY the backend derives ``extend_seq_lens = N``, ``extend_start_loc = arange(0, bs * N, N)``
+    and ``seq_lens += N`` (``intel_amx_backend.py:70-104``); it passes no mask for chains (topk 1), where
+    causal masking is exact.
+    """
+    del k_extend, v_extend, max_len_extend
+    _reject_unsupported("extend_attention_cpu", is_cross_attn, sliding_window_size, encoder_lens, sinks)
+    bs = extend_seq_lens.numel()
+    ext_lens = [int(x) for x in extend_seq_lens.reshape(-1).tolist()]
+    lens = [int(x) for x in seq_lens.reshape(-1)[:bs].tolist()]
+    starts = [int(x) for x in extend_start_loc.reshape(-1)[:bs].tolist()]
+    pools = [int(x) for x in req_pool_indices.reshape(-1)[:bs].tolist()]
+    kind = _mask_kind(tree_mask, is_causal, ext_lens, lens)
+    flat_mask = tree_mask.reshape(-1).to(torch.bool) if kind in (_QLEN_ONLY, _FULL) else None
+
+    num_heads = q_extend.shape[1]
+    offset = 0
+    for ext, seq_len, start, pool in zip(ext_lens, lens, starts, pools):
+        if seq_len < ext:
+            raise ValueError(f"extend_attention_cpu: seq_len {seq_len} < extend length {ext}")
+        visible = _visible(kind, flat_mask, offset, ext, seq_len)
+        offset += ext * (ext if kind == _QLEN_ONLY else seq_len)
+        if ext == 0:
+            continue
+        kv_slots = req_to_token[pool, :seq_len].to(torch.int64)
+        k = _gather_kv(k_buffer, kv_slots, key_scale, num_heads)
+        v = _gather_kv(v_buffer, kv_slots, value_scale, num_heads)
+        out = _attend(q_extend[start : start + ext], k, v, visible, sm_scale, logit_cap)
+        o_extend[start : start + ext] = out.to(o_extend.dtype)

@@ -1,0 +1,123 @@
+"""Step-cost model: how long a decode step takes as a function of batch size, verified tokens and draft steps.
+
+The goodput policy divides expected tokens by this cost (faser-algorithms.md §1.3, §5, §6.2), so the model must
+be measured on the hardware it runs on: the SGLang layer profiles it at start-up with real forward passes and then
+feeds it the measured time of every step. Two linear models, fitted by least squares with non-negative
+coefficients:
+
+    verify_ms(B, tokens) = v0 + v_req * B + v_tok * tokens            (one TARGET_VERIFY pass over `tokens` rows)
+    draft_ms(B, steps)   = d0 + d_req * B + steps * (d_step + d_step_req * B)   (draft steps plus draft-extend)
+
+Profile samples stay as a prior; online samples live in a sliding window, so the fit follows load and thermal
+drift without forgetting the shape the profile established.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+VERIFY, DRAFT = "verify", "draft"
+
+
+def _verify_features(batch, tokens) -> np.ndarray:
+    batch, tokens = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(tokens, dtype=float))
+    return np.stack([np.ones_like(batch), batch, tokens], axis=-1)
+
+
+def _draft_features(batch, steps) -> np.ndarray:
+    batch, steps = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(steps, dtype=float))
+    return np.stack([np.ones_like(batch), batch, steps, steps * batch], axis=-1)
+
+
+def _fit_nonnegative(x: np.ndarray, y: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+    """Least squares with coefficients clipped at zero (a cost never falls as work grows)."""
+    if len(y) < x.shape[1]:
+        return fallback
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    if np.any(coef < 0):  # refit without the negative terms
+        keep = coef > 0
+        coef = np.zeros_like(coef)
+        if keep.any():
+            coef[keep], *_ = np.linalg.lstsq(x[:, keep], y, rcond=None)
+            coef = np.maximum(coef, 0.0)
+    return coef
+
+
+@dataclass
+class StepCostModel:
+    """Linear step costs in milliseconds; see the module docstring for the terms."""
+
+    verify_coef: np.ndarray = field(default_factory=lambda: np.array([1.0, 0.0, 0.05]))
+    draft_coef: np.ndarray = field(default_factory=lambda: np.array([0.2, 0.0, 0.2, 0.0]))
+    window: int = 256
+    refit_every: int = 32
+
+    def __post_init__(self) -> None:
+        self.verify_coef = np.asarray(self.verify_coef, dtype=float)
+        self.draft_coef = np.asarray(self.draft_coef, dtype=float)
+        self._prior: dict[str, list[tuple[np.ndarray, float]]] = {VERIFY: [], DRAFT: []}
+        self._online: dict[str, deque] = {VERIFY: deque(maxlen=self.window), DRAFT: deque(maxlen=self.window)}
+        self._since_refit = 0
+
+    # -- queries (vectorised over candidate plans) ------------------------------------------------------
+    def verify_ms(self, batch, tokens) -> np.ndarray:
+        v0, v_req, v_tok = self.verify_coef
+        return v0 + v_req * np.asarray(batch, dtype=float) + v_tok * np.asarray(tokens, dtype=float)
+
+    def draft_ms(self, batch, steps) -> np.ndarray:
+        """Drafting ``steps`` positions for ``batch`` requests; 0 steps costs nothing (no draft, no extend)."""
+        d0, d_req, d_step, d_step_req = self.draft_coef
+        steps = np.asarray(steps, dtype=float)
+        ms = d0 + d_req * batch + steps * (d_step + d_step_req * batch)
+        return np.where(steps > 0, ms, 0.0)
+
+    def step_ms(self, batch, verify_tokens, draft_steps) -> np.ndarray:
+        return self.verify_ms(batch, verify_tokens) + self.draft_ms(batch, draft_steps)
+
+    # -- measurements ------------------------------------------------------------------------------------
+    def add_profile_sample(self, phase: str, batch: int, size: int, ms: float) -> None:
+        """A start-up measurement: ``size`` is verified tokens (verify) or draft steps (draft)."""
+        self._prior[phase].append((self._features(phase, batch, size), float(ms)))
+
+    def record(self, phase: str, batch: int, size: int, ms: float) -> None:
+        """An online measurement of a real step; the model is refitted every ``refit_every`` samples."""
+        self._online[phase].append((self._features(phase, batch, size), float(ms)))
+        self._since_refit += 1
+        if self._since_refit >= self.refit_every:
+            self.refit()
+
+    def refit(self) -> None:
+        self._since_refit = 0
+        for phase in (VERIFY, DRAFT):
+            samples = self._prior[phase] + list(self._online[phase])
+            if not samples:
+                continue
+            x = np.stack([s[0] for s in samples])
+            y = np.array([s[1] for s in samples])
+            current = self.verify_coef if phase == VERIFY else self.draft_coef
+            fitted = _fit_nonnegative(x, y, current)
+            if phase == VERIFY:
+                self.verify_coef = fitted
+            else:
+                self.draft_coef = fitted
+
+    @staticmethod
+    def _features(phase: str, batch: int, size: int) -> np.ndarray:
+        if phase == VERIFY:
+            return _verify_features(batch, size)
+        if phase == DRAFT:
+            return _draft_features(batch, size)
+        raise ValueError(f"unknown phase {phase!r}")
+
+    def mean_abs_pct_error(self, phase: str) -> float | None:
+        """MAPE of the current fit over the online window (the paper reports its profiler's MAPE)."""
+        samples = list(self._online[phase])
+        if not samples:
+            return None
+        x = np.stack([s[0] for s in samples])
+        y = np.array([s[1] for s in samples])
+        coef = self.verify_coef if phase == VERIFY else self.draft_coef
+        return float(np.mean(np.abs(x @ coef - y) / np.maximum(y, 1e-9)))

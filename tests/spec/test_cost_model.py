@@ -1,0 +1,49 @@
+"""The step-cost model fits measured step times and predicts candidate plans."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sglang_faser.spec.cost_model import DRAFT, VERIFY, StepCostModel
+
+
+def test_profile_fit_recovers_a_linear_verify_cost():
+    model = StepCostModel()
+    for batch in (1, 4, 16):
+        for tokens in (batch, 2 * batch, 4 * batch):
+            model.add_profile_sample(VERIFY, batch, tokens, 3.0 + 0.1 * batch + 0.5 * tokens)
+    model.refit()
+    assert model.verify_coef == pytest.approx([3.0, 0.1, 0.5], abs=1e-6)
+
+
+def test_zero_draft_steps_cost_nothing_and_coefficients_stay_nonnegative():
+    model = StepCostModel()
+    for batch in (1, 2, 8):
+        for steps in (1, 3, 5):
+            model.add_profile_sample(DRAFT, batch, steps, 1.0 + 0.4 * steps)
+    model.add_profile_sample(DRAFT, 32, 1, 0.1)  # an outlier pushing a term negative
+    model.refit()
+    assert np.all(model.draft_coef >= 0)
+    assert model.draft_ms(4, 0) == 0.0
+    assert model.draft_ms(4, 3) > model.draft_ms(4, 1)
+
+
+def test_online_samples_move_the_fit():
+    model = StepCostModel(refit_every=4)
+    for batch in (1, 8):
+        for tokens in (batch, 3 * batch):
+            model.add_profile_sample(VERIFY, batch, tokens, 1.0 + 0.1 * tokens)
+    model.refit()
+    before = float(model.verify_ms(8, 24))
+    for _ in range(64):  # the machine got slower per token
+        for batch, tokens in ((1, 1), (8, 24), (4, 12), (8, 8)):
+            model.record(VERIFY, batch, tokens, 1.0 + 0.5 * tokens)
+    assert float(model.verify_ms(8, 24)) > before * 2
+    assert model.mean_abs_pct_error(VERIFY) < 0.5
+
+
+def test_vectorised_queries():
+    model = StepCostModel(verify_coef=[1.0, 0.0, 1.0], draft_coef=[0.0, 0.0, 2.0, 0.0])
+    ms = model.step_ms(4, np.array([4, 8, 12]), np.array([0, 1, 2]))
+    assert ms.tolist() == [5.0, 11.0, 17.0]
