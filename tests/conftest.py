@@ -81,7 +81,8 @@ class EnginePool:
     def __init__(self):
         self._engines: OrderedDict[str, object] = OrderedDict()
 
-    def get(self, key: str, **kwargs):
+    def get(self, key: str, faser=None, **kwargs):
+        """The engine for ``key``; ``faser`` (a FaserConfig) turns the FASER worker on, as the launcher does."""
         if key in self._engines:
             self._engines.move_to_end(key)
             return self._engines[key]
@@ -100,6 +101,12 @@ class EnginePool:
             random_seed=0,
         )
         settings.update(kwargs)
+        from sglang_faser.spec.config import ENV_VAR
+
+        if faser is None:
+            os.environ.pop(ENV_VAR, None)
+        else:
+            os.environ[ENV_VAR] = faser.to_json()  # inherited by the spawned scheduler
         self._engines[key] = sgl.Engine(**{k: v for k, v in settings.items() if v is not None})
         return self._engines[key]
 

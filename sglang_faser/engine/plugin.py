@@ -1,13 +1,16 @@
 """sglang-faser's entry point in SGLang's ``sglang.srt.plugins`` group.
 
 SGLang calls :func:`register` in every process it starts (launcher, ``sgl.Engine``, scheduler and detokenizer
-children; sglang-0.5.23-map.md §8.1), before server arguments are resolved in the main process. Today it makes the
-CPU path work; the FASER worker hooks join it in the per-request-lengths work.
+children; sglang-0.5.23-map.md §8.1), before server arguments are resolved in the main process. It makes the
+CPU path work and swaps SGLang's EAGLE / STANDALONE worker for the FASER worker when FASER is on, i.e. when the
+launcher exported ``SGLANG_FASER_CONFIG`` with a mode other than ``off``. A plain ``sglang.launch_server`` or
+``sgl.Engine`` without that variable keeps stock SGLang behaviour.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 
 logger = logging.getLogger(__name__)
 
@@ -21,3 +24,26 @@ def register() -> None:
 
         touchpoints.report_amx_on_cpu()
         logger.info("sglang-faser: CPU stand-in for sgl_kernel active; intel_amx attention enabled")
+
+    from sglang_faser.engine import touchpoints
+
+    touchpoints.hook_worker_creation(_choose_worker)
+
+
+def _choose_worker(original_create_worker, algorithm, server_args):
+    """AROUND hook on ``SpeculativeAlgorithm.create_worker`` (spec_info.py:311)."""
+    worker_cls = original_create_worker(algorithm, server_args)
+    from sglang_faser.engine import touchpoints
+    from sglang_faser.spec.config import ENV_VAR, FaserConfig, Mode
+
+    if not os.environ.get(ENV_VAR):
+        return worker_cls
+    config = FaserConfig.from_env()
+    if config.mode is Mode.OFF:
+        return worker_cls
+    if not touchpoints.is_faser_capable_worker(worker_cls):
+        logger.warning("FASER: %s is not an EAGLE v2 worker; running it unchanged", worker_cls.__name__)
+        return worker_cls
+    from sglang_faser.engine.worker import faser_worker_class
+
+    return faser_worker_class(worker_cls)

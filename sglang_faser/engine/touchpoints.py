@@ -11,6 +11,12 @@ re-check each entry here, then re-scan the wheel for new ``from sgl_kernel impor
 | ``sglang.srt.server_args.prepare_server_args`` (:668) | parse the SGLang half of the launcher's command line |
 | ``sglang.launch_server.run_server`` | start the real HTTP server |
 | ``sglang.srt.utils.kill_process_tree`` | reap scheduler/detokenizer children when the launcher exits |
+| ``sglang.srt.plugins.hook_registry.HookRegistry`` (AROUND) | install hooks from the plugin |
+| ``sglang.srt.speculative.spec_info.SpeculativeAlgorithm.create_worker`` (:311) | hand the scheduler the FASER worker |
+| ``sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2`` (:1297) | the class FaserWorker extends: ``verify`` (:1979), ``speculative_num_steps``, ``topk`` |
+| ``BaseSpecWorker.on_verify_complete_cpu`` / ``note_request_finished`` (base_spec_worker.py:379-395) | acceptance feedback, request end |
+| ``EagleVerifyInput.retrieve_next_token`` (eagle_info.py:17) | cut a request's draft chain after k_i drafts |
+| ``GenerationBatchResult.cap_lens`` (managers/utils.py:105) | per-request lengths into SGLang's metrics and ``meta_info`` |
 """
 
 from __future__ import annotations
@@ -57,3 +63,24 @@ def kill_child_processes() -> None:
     from sglang.srt.utils import kill_process_tree
 
     kill_process_tree(os.getpid(), include_parent=False)
+
+
+CREATE_WORKER = "sglang.srt.speculative.spec_info.SpeculativeAlgorithm.create_worker"
+
+
+def hook_worker_creation(hook) -> None:
+    """Register ``hook(original, algorithm, server_args)`` AROUND ``create_worker`` (applied by load_plugins)."""
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register(CREATE_WORKER, hook, HookType.AROUND)
+
+
+def is_faser_capable_worker(worker_cls) -> bool:
+    """FASER extends the EAGLE v2 worker family (EAGLE, EAGLE3, STANDALONE), not multi-layer EAGLE."""
+    from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
+
+    return (
+        isinstance(worker_cls, type)
+        and issubclass(worker_cls, EAGLEWorkerV2)
+        and "MultiLayer" not in worker_cls.__name__
+    )

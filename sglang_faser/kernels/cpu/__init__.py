@@ -5,7 +5,7 @@ built from source. With ``SGLANG_USE_CPU_ENGINE=1`` several SGLang modules run
 ``from sgl_kernel import <op>_cpu`` at import time, and the intel_amx attention backend calls
 ``torch.ops.sgl_kernel.{decode,extend}_attention_cpu``.
 This package provides those ops, ported from the Triton reference kernels that ship in the SGLang wheel (see
-``/work/shared/docs/sglang-on-cpu.md`` §4). It is meant to be used **only where no real ``sgl_kernel`` is
+``shared/docs/sglang-on-cpu.md`` §4). It is meant to be used **only where no real ``sgl_kernel`` is
 importable**; it favours readable, exact semantics over speed.
 
 - ``CPU_OPS``: every top-level ``sgl_kernel`` name SGLang imports on CPU, mapped to its function (the two

@@ -1,0 +1,55 @@
+"""The FASER worker inside SGLang's real engine: per-request lengths, lossless greedy output."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_faser.spec.config import FaserConfig
+
+pytestmark = pytest.mark.engine
+
+PROMPTS = [
+    "Beautiful is better than ugly",
+    "the lazy dog",
+    "Errors should never pass silently unless explicitly silenced",
+    "now is better than never",
+    "If the implementation is hard to explain, it's a bad idea.",
+    "code",
+]
+MAX_NEW = 24
+GREEDY = {"temperature": 0, "max_new_tokens": MAX_NEW, "ignore_eos": True}
+
+
+def _spec(suite, algorithm):
+    draft = suite.eagle if algorithm == "EAGLE" else suite.standalone
+    return dict(
+        model_path=str(suite.target),
+        speculative_algorithm=algorithm,
+        speculative_draft_model_path=str(draft),
+        speculative_eagle_topk=1,
+        speculative_num_steps=3,
+        speculative_num_draft_tokens=4,
+    )
+
+
+@pytest.mark.parametrize("algorithm", ["EAGLE", "STANDALONE"])
+def test_faser_greedy_output_equals_hf_for_a_mixed_batch(algorithm, tiny_suite, tokenizer, engine_pool, hf_greedy):
+    engine = engine_pool.get(f"faser-{algorithm}", faser=FaserConfig(), **_spec(tiny_suite, algorithm))
+    input_ids = [tokenizer(p).input_ids for p in PROMPTS]
+    outs = engine.generate(input_ids=input_ids, sampling_params=GREEDY)
+    for ids, out in zip(input_ids, outs):
+        assert out["output_ids"] == hf_greedy(tiny_suite.target, ids, MAX_NEW)
+        meta = out["meta_info"]
+        assert meta["spec_verify_ct"] > 0
+        assert "spec_cap_lens_histogram" in meta, meta  # FASER's per-request lengths reach SGLang's metrics
+
+
+def test_fixed_mode_caps_every_request_at_its_length(tiny_suite, tokenizer, engine_pool, hf_greedy):
+    config = FaserConfig(mode="fixed", fixed_len=1)
+    engine = engine_pool.get("faser-fixed-1", faser=config, **_spec(tiny_suite, "EAGLE"))
+    input_ids = [tokenizer(p).input_ids for p in PROMPTS[:3]]
+    outs = engine.generate(input_ids=input_ids, sampling_params=GREEDY)
+    for ids, out in zip(input_ids, outs):
+        assert out["output_ids"] == hf_greedy(tiny_suite.target, ids, MAX_NEW)
+        histogram = out["meta_info"]["spec_cap_lens_histogram"]
+        assert sum(histogram[2:]) == 0 and histogram[1] > 0, histogram
