@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-SUITE_VERSION = "tiny-v1"
+SUITE_VERSION = "tiny-v2"
 VOCAB_SIZE = 512
 CHAT_TEMPLATE = (
     "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
@@ -52,6 +52,14 @@ class TinySuite:
     @property
     def context_free(self) -> Path:
         return self.root / "tiny-llama-noattn"
+
+    @property
+    def cycle_target(self) -> Path:
+        return self.root / "tiny-llama-cycles"
+
+    @property
+    def cycle_draft(self) -> Path:
+        return self.root / "tiny-llama-cycles-draft"
 
     def complete(self) -> bool:
         return (self.root / "DONE").exists()
@@ -178,7 +186,7 @@ def _write_eagle_head(target_dir: Path, out: Path) -> None:
 def _build_suite(suite: TinySuite) -> None:
     import torch
 
-    dirs = [suite.target, suite.eagle, suite.standalone, suite.context_free]
+    dirs = [suite.target, suite.eagle, suite.standalone, suite.context_free, suite.cycle_target, suite.cycle_draft]
     for d in dirs:
         d.mkdir(parents=True)
     _build_tokenizer(dirs)
@@ -194,3 +202,39 @@ def _build_suite(suite: TinySuite) -> None:
     target.save_pretrained(suite.context_free, safe_serialization=True)
 
     _write_eagle_head(suite.target, suite.eagle)
+    _write_cycle_pair(suite)
+
+
+CYCLE_SPLIT = 258  # tokens [3, 258) form cycle A, [258, VOCAB_SIZE) cycle B
+
+
+def cycle_successor(token: int, shift: int = 1) -> int:
+    """The cycle pair's next-token map: a step along the cycle the token belongs to."""
+    low, high = (3, CYCLE_SPLIT) if token < CYCLE_SPLIT else (CYCLE_SPLIT, VOCAB_SIZE)
+    return low + (token - low + shift) % (high - low)
+
+
+def _write_cycle_pair(suite: TinySuite) -> None:
+    """A context-free target whose greedy map walks one of two disjoint cycles, and a draft right on one only.
+
+    Attention and MLP outputs are zeroed, so the final hidden state is the token's own embedding e_x; the LM head
+    row of token y is the normalised embedding of its cycle predecessor, so argmax picks y = successor(x)
+    (random 64-d embeddings are far from parallel). The draft's head walks cycle B two steps at a time, so on
+    cycle A every draft is accepted and on cycle B every draft is rejected: one batch, sure and hopeless requests.
+    """
+    import torch
+
+    model = _random_llama(num_layers=2, seed=4)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        embed = model.model.embed_tokens.weight
+        unit = embed / embed.norm(dim=1, keepdim=True)
+        for directory, shift_b in ((suite.cycle_target, 1), (suite.cycle_draft, 2)):
+            head = torch.zeros_like(unit)  # special tokens are never predicted
+            for x in range(3, VOCAB_SIZE):
+                head[cycle_successor(x, 1 if x < CYCLE_SPLIT else shift_b)] = unit[x]
+            model.lm_head.weight.copy_(head * 20.0)
+            directory.mkdir(parents=True, exist_ok=True)
+            model.save_pretrained(directory, safe_serialization=True)

@@ -53,3 +53,31 @@ def test_fixed_mode_caps_every_request_at_its_length(tiny_suite, tokenizer, engi
         assert out["output_ids"] == hf_greedy(tiny_suite.target, ids, MAX_NEW)
         histogram = out["meta_info"]["spec_cap_lens_histogram"]
         assert sum(histogram[2:]) == 0 and histogram[1] > 0, histogram
+
+
+def test_sure_and_hopeless_requests_get_different_lengths_in_one_batch(tiny_suite, engine_pool, hf_greedy):
+    """Cycle pair: the draft is always right on cycle A and always wrong on cycle B (models/tiny.py)."""
+    engine = engine_pool.get(
+        "faser-cycles",
+        faser=FaserConfig(),
+        model_path=str(tiny_suite.cycle_target),
+        speculative_algorithm="STANDALONE",
+        speculative_draft_model_path=str(tiny_suite.cycle_draft),
+        speculative_eagle_topk=1,
+        speculative_num_steps=3,
+        speculative_num_draft_tokens=4,
+    )
+    sure, hopeless = [0, 10], [0, 300]
+    outs = engine.generate(input_ids=[sure, hopeless], sampling_params={**GREEDY, "max_new_tokens": 48})
+    for ids, out in zip([sure, hopeless], outs):
+        assert out["output_ids"] == hf_greedy(tiny_suite.cycle_target, ids, 48)
+
+    def mean_length(out):
+        histogram = out["meta_info"]["spec_cap_lens_histogram"]
+        return sum(k * n for k, n in enumerate(histogram)) / sum(histogram)
+
+    sure_meta, hopeless_meta = outs[0]["meta_info"], outs[1]["meta_info"]
+    assert sure_meta["spec_accept_rate"] > 0.8  # rate is over the full window; FASER may propose fewer
+    assert hopeless_meta["spec_num_correct_drafts"] == 0
+    assert mean_length(outs[0]) > mean_length(outs[1])
+    assert outs[1]["meta_info"]["spec_cap_lens_histogram"][0] > 0  # the hopeless request was given length 0
