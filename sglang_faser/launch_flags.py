@@ -91,5 +91,5 @@ def parse_faser_args(argv: list[str]) -> tuple[FaserConfig, list[str]]:
             overlap=known.faser_overlap,
         )
     except ConfigError as exc:
-        parser.error(f"--faser-{exc.field.replace('_', '-')}: {str(exc).split(': ', 1)[1]}")
+        parser.error(f"--faser-{exc.field.replace('_', '-')}: {exc.reason}")
     return config, rest

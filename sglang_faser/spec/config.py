@@ -30,9 +30,10 @@ class Mode(str, Enum):
 class ConfigError(ValueError):
     """An invalid FASER setting. ``field`` names the offending field; the message gives its bounds."""
 
-    def __init__(self, field: str, message: str):
-        super().__init__(f"{field}: {message}")
+    def __init__(self, field: str, reason: str):
+        super().__init__(f"{field}: {reason}")
         self.field = field
+        self.reason = reason
 
 
 @dataclass(frozen=True)

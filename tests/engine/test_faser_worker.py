@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from prompts import PROMPTS as ALL_PROMPTS
 
 from sglang_faser.spec.config import FaserConfig
 
 pytestmark = pytest.mark.engine
 
-PROMPTS = [
-    "Beautiful is better than ugly",
-    "the lazy dog",
-    "Errors should never pass silently unless explicitly silenced",
-    "now is better than never",
-    "If the implementation is hard to explain, it's a bad idea.",
-    "code",
-]
+PROMPTS = ALL_PROMPTS
 MAX_NEW = 24
 GREEDY = {"temperature": 0, "max_new_tokens": MAX_NEW, "ignore_eos": True}
 

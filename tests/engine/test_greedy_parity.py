@@ -7,15 +7,11 @@ The reference is HF transformers' ``generate(do_sample=False)`` on the same chec
 from __future__ import annotations
 
 import pytest
+from prompts import PROMPTS as ALL_PROMPTS
 
 pytestmark = pytest.mark.engine
 
-PROMPTS = [
-    "Beautiful is better than ugly",
-    "the lazy dog",
-    "Errors should never pass silently unless explicitly silenced",
-    "now is better than never",
-]
+PROMPTS = ALL_PROMPTS[:4]
 MAX_NEW = 24
 SPEC3 = dict(speculative_num_steps=3, speculative_num_draft_tokens=4)
 
