@@ -23,6 +23,7 @@ def register() -> None:
         from sglang_faser.engine import touchpoints
 
         touchpoints.report_amx_on_cpu()
+        touchpoints.enable_cpu_speculative_sampling()
         logger.info("sglang-faser: CPU stand-in for sgl_kernel active; intel_amx attention enabled")
 
     from sglang_faser.engine import touchpoints

@@ -17,6 +17,7 @@ re-check each entry here, then re-scan the wheel for new ``from sgl_kernel impor
 | ``BaseSpecWorker.on_verify_complete_cpu`` / ``note_request_finished`` (base_spec_worker.py:379-395) | acceptance feedback, request end |
 | ``EagleVerifyInput.retrieve_next_token`` (eagle_info.py:17) | cut a request's draft chain after k_i drafts |
 | ``GenerationBatchResult.cap_lens`` (managers/utils.py:105) | per-request lengths into SGLang's metrics and ``meta_info`` |
+| ``sglang.srt.speculative.eagle_utils``: ``_verify_uses_greedy`` (:485), ``tree_speculative_sampling_target_only``, ``top_k_renorm_prob``, ``top_p_renorm_prob`` | on CPU, verify by speculative sampling instead of SGLang's greedy-only path |
 """
 
 from __future__ import annotations
@@ -84,3 +85,30 @@ def is_faser_capable_worker(worker_cls) -> bool:
         and issubclass(worker_cls, EAGLEWorkerV2)
         and "MultiLayer" not in worker_cls.__name__
     )
+
+
+def enable_cpu_speculative_sampling() -> None:
+    """Make EAGLE/STANDALONE verification sample on CPU instead of committing the argmax (idempotent).
+
+    SGLang forces greedy verification on CPU only because the platform lacks the sampling kernels; we supply
+    PyTorch ones (``sglang_faser.kernels.cpu.sampling``) and drop the CPU clause from the greedy predicate.
+    All-greedy batches still take SGLang's greedy path.
+    """
+    from sglang.srt.speculative import eagle_utils
+
+    from sglang_faser.kernels.cpu import sampling
+
+    if getattr(eagle_utils, "_faser_cpu_sampling", False):
+        return
+    original = eagle_utils._verify_uses_greedy
+
+    def verify_uses_greedy(*, is_cpu: bool, **kwargs) -> bool:
+        return original(is_cpu=False, **kwargs)
+
+    eagle_utils._verify_uses_greedy = verify_uses_greedy
+    eagle_utils.tree_speculative_sampling_target_only = sampling.tree_speculative_sampling_target_only_cpu
+    if eagle_utils.top_k_renorm_prob is None:
+        eagle_utils.top_k_renorm_prob = sampling.top_k_renorm_prob
+    if eagle_utils.top_p_renorm_prob is None:
+        eagle_utils.top_p_renorm_prob = sampling.top_p_renorm_prob
+    eagle_utils._faser_cpu_sampling = True

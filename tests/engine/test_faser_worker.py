@@ -49,18 +49,22 @@ def test_fixed_mode_caps_every_request_at_its_length(tiny_suite, tokenizer, engi
         assert sum(histogram[2:]) == 0 and histogram[1] > 0, histogram
 
 
-def test_sure_and_hopeless_requests_get_different_lengths_in_one_batch(tiny_suite, engine_pool, hf_greedy):
-    """Cycle pair: the draft is always right on cycle A and always wrong on cycle B (models/tiny.py)."""
-    engine = engine_pool.get(
+def _cycle_engine(suite, engine_pool):
+    return engine_pool.get(
         "faser-cycles",
         faser=FaserConfig(),
-        model_path=str(tiny_suite.cycle_target),
+        model_path=str(suite.cycle_target),
         speculative_algorithm="STANDALONE",
-        speculative_draft_model_path=str(tiny_suite.cycle_draft),
+        speculative_draft_model_path=str(suite.cycle_draft),
         speculative_eagle_topk=1,
         speculative_num_steps=3,
         speculative_num_draft_tokens=4,
     )
+
+
+def test_sure_and_hopeless_requests_get_different_lengths_in_one_batch(tiny_suite, engine_pool, hf_greedy):
+    """Cycle pair: the draft is always right on cycle A and always wrong on cycle B (models/tiny.py)."""
+    engine = _cycle_engine(tiny_suite, engine_pool)
     sure, hopeless = [0, 10], [0, 300]
     outs = engine.generate(input_ids=[sure, hopeless], sampling_params={**GREEDY, "max_new_tokens": 48})
     for ids, out in zip([sure, hopeless], outs):
@@ -75,3 +79,41 @@ def test_sure_and_hopeless_requests_get_different_lengths_in_one_batch(tiny_suit
     assert hopeless_meta["spec_num_correct_drafts"] == 0
     assert mean_length(outs[0]) > mean_length(outs[1])
     assert outs[1]["meta_info"]["spec_cap_lens_histogram"][0] > 0  # the hopeless request was given length 0
+
+
+def test_sampled_output_keeps_the_target_distribution(tiny_suite, engine_pool):
+    """temperature > 0: every emitted token is a draw from the target's own next-token distribution.
+
+    The cycle target is context-free, so p(next | prev) is known exactly from HF for every token. At temperature
+    25 the target's successor token has probability ~0.5: drafts on cycle A are accepted about half the time and
+    the rest comes from residual sampling. Greedy verification (SGLang's CPU default) would emit the successor
+    every time, about 20 standard deviations off.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from sglang_faser.models.tiny import CYCLE_SPLIT, cycle_successor
+
+    temperature = 25.0
+    model = AutoModelForCausalLM.from_pretrained(tiny_suite.cycle_target, dtype=torch.float32)
+    with torch.no_grad():
+        probs = torch.softmax(model(torch.arange(512)[:, None]).logits[:, -1].double() / temperature, -1)
+
+    engine = _cycle_engine(tiny_suite, engine_pool)
+    prompts = [[0, 3 + 7 * i] for i in range(16)]
+    params = {"temperature": temperature, "max_new_tokens": 40, "ignore_eos": True}
+    outs = engine.generate(input_ids=prompts, sampling_params=params)
+
+    successes = expected = variance = in_a = expected_a = variance_a = 0.0
+    for prompt, out in zip(prompts, outs):
+        tokens = prompt[-1:] + out["output_ids"]
+        for prev, token in zip(tokens, tokens[1:]):
+            p_succ = float(probs[prev, cycle_successor(prev)])
+            p_a = float(probs[prev, 3:CYCLE_SPLIT].sum())
+            successes += token == cycle_successor(prev)
+            expected, variance = expected + p_succ, variance + p_succ * (1 - p_succ)
+            in_a += 3 <= token < CYCLE_SPLIT
+            expected_a, variance_a = expected_a + p_a, variance_a + p_a * (1 - p_a)
+    assert abs(successes - expected) / variance**0.5 < 4.5, (successes, expected)
+    assert abs(in_a - expected_a) / variance_a**0.5 < 4.5, (in_a, expected_a)
+    assert sum(out["meta_info"]["spec_num_correct_drafts"] for out in outs) > 0  # drafts were accepted too

@@ -1,0 +1,189 @@
+"""FASER's per-request lengths against fixed draft lengths and no speculation, on CPU, in one run.
+
+Each configuration is a real ``sglang_faser.launch_server`` process serving the same workload in turn:
+
+* ``no-spec``: plain decoding;
+* ``fixed-k`` (k = 1, 3, 5): stock SGLang speculative decoding with k draft steps (``--faser-mode off``);
+* ``faser``: FASER's goodput policy with a window of 5 draft steps.
+
+The model pair is the tiny "cycle pair" (``sglang_faser/models/tiny.py``): its draft is always right for half the
+prompts and always wrong for the other half, the per-request spread FASER is built for. CPU numbers say nothing
+about GPU speed; they check that the machinery runs and show the ratios the current execution path gives.
+Prints a table with ratios against no-spec and the best fixed length, and writes JSON, markdown and a plot to
+``benchmarks/results/``.
+
+    python benchmarks/spec_lengths_cpu.py [--requests 16] [--concurrency 8] [--max-new-tokens 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import requests
+
+from sglang_faser.models.tiny import CYCLE_SPLIT, ensure_tiny_suite
+from sglang_faser.server_process import ServerProcess
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def configurations() -> dict[str, list[str]]:
+    def spec(k: int, mode: str) -> list[str]:
+        return [
+            "--speculative-algorithm", "STANDALONE",
+            "--speculative-num-steps", str(k),
+            "--speculative-eagle-topk", "1",
+            "--speculative-num-draft-tokens", str(k + 1),
+            "--faser-mode", mode,
+        ]  # fmt: skip
+
+    configs = {"no-spec": []}
+    configs.update({f"fixed-{k}": spec(k, "off") for k in (1, 3, 5)})
+    configs["faser"] = spec(5, "adaptive")
+    return configs
+
+
+def workload(n: int) -> list[list[int]]:
+    """Prompts [BOS, token]: even ones on the cycle the draft knows, odd ones on the cycle it gets wrong."""
+    return [[0, 3 + i] if i % 2 == 0 else [0, CYCLE_SPLIT + i] for i in range(n)]
+
+
+def run_one(url: str, input_ids: list[int], max_new_tokens: int) -> dict:
+    body = {
+        "input_ids": input_ids,
+        "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens, "ignore_eos": True},
+    }
+    start = time.perf_counter()
+    out = requests.post(url + "/generate", json=body, timeout=600).json()
+    meta = out["meta_info"]
+    histogram = meta.get("spec_cap_lens_histogram") or []
+    return {
+        "latency_s": time.perf_counter() - start,
+        "tokens": meta["completion_tokens"],
+        "accept_length": meta.get("spec_accept_length"),
+        "mean_len": (sum(k * c for k, c in enumerate(histogram)) / sum(histogram)) if sum(histogram) else None,
+        "output_ids": out["output_ids"],
+    }
+
+
+def measure(name: str, flags: list[str], suite, args) -> dict:
+    log = Path(tempfile.gettempdir()) / f"faser-bench-{name}.log"
+    server_flags = flags + [
+        "--model-path", str(suite.cycle_target),
+        "--dtype", "float32",
+        "--max-total-tokens", "8192",
+        "--max-running-requests", str(args.concurrency),
+    ]  # fmt: skip
+    if flags:
+        server_flags += ["--speculative-draft-model-path", str(suite.cycle_draft)]
+    prompts = workload(args.requests)
+    with ServerProcess(server_flags, log_path=log) as server:
+        run_one(server.url, prompts[0], 8)  # warm-up
+        start = time.perf_counter()
+        with ThreadPoolExecutor(args.concurrency) as pool:
+            rows = list(pool.map(lambda p: run_one(server.url, p, args.max_new_tokens), prompts))
+        wall = time.perf_counter() - start
+    latencies = sorted(r["latency_s"] for r in rows)
+    accept = [r["accept_length"] for r in rows if r["accept_length"] is not None]
+    sure_len = [r["mean_len"] for i, r in enumerate(rows) if i % 2 == 0 and r["mean_len"] is not None]
+    doomed_len = [r["mean_len"] for i, r in enumerate(rows) if i % 2 == 1 and r["mean_len"] is not None]
+    return {
+        "config": name,
+        "flags": flags,
+        "wall_s": wall,
+        "output_tok_per_s": sum(r["tokens"] for r in rows) / wall,
+        "latency_mean_s": statistics.fmean(latencies),
+        "latency_p50_s": latencies[len(latencies) // 2],
+        "latency_p99_s": latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
+        "accept_length_mean": statistics.fmean(accept) if accept else None,
+        "faser_len_sure_prompts": statistics.fmean(sure_len) if sure_len else None,
+        "faser_len_doomed_prompts": statistics.fmean(doomed_len) if doomed_len else None,
+        "outputs": [r["output_ids"] for r in rows],
+    }
+
+
+def report(results: list[dict]) -> str:
+    base = next(r for r in results if r["config"] == "no-spec")
+    fixed = [r for r in results if r["config"].startswith("fixed-")]
+    best_fixed = max(fixed, key=lambda r: r["output_tok_per_s"])
+    lines = [
+        f"best fixed length: {best_fixed['config']}",
+        "",
+        "| config | tok/s | vs no-spec | vs best fixed | mean latency s | p99 latency s | accept length | "
+        "FASER len (sure / doomed prompts) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lens = (
+            f"{r['faser_len_sure_prompts']:.2f} / {r['faser_len_doomed_prompts']:.2f}"
+            if r["faser_len_sure_prompts"] is not None
+            else "-"
+        )
+        accept = f"{r['accept_length_mean']:.2f}" if r["accept_length_mean"] else "-"
+        lines.append(
+            f"| {r['config']} | {r['output_tok_per_s']:.1f} | "
+            f"{r['output_tok_per_s'] / base['output_tok_per_s']:.2f}x | "
+            f"{r['output_tok_per_s'] / best_fixed['output_tok_per_s']:.2f}x | {r['latency_mean_s']:.2f} | "
+            f"{r['latency_p99_s']:.2f} | {accept} | {lens} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    names = [r["config"] for r in results]
+    ax1.bar(names, [r["output_tok_per_s"] for r in results])
+    ax1.set_ylabel("output tokens/s")
+    ax2.bar(names, [r["latency_p99_s"] for r in results], color="tab:orange")
+    ax2.set_ylabel("p99 request latency (s)")
+    for ax in (ax1, ax2):
+        ax.tick_params(axis="x", rotation=30)
+    fig.suptitle("CPU, tiny cycle pair (half sure, half doomed drafts)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=16)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    args = parser.parse_args()
+    suite = ensure_tiny_suite()
+    results = []
+    for name, flags in configurations().items():
+        print(f"[bench] {name}: starting server", flush=True)
+        results.append(measure(name, flags, suite, args))
+        print(f"[bench] {name}: {results[-1]['output_tok_per_s']:.1f} tok/s", flush=True)
+    reference = results[0]["outputs"]
+    lossless = all(r["outputs"] == reference for r in results)
+    table = report(results)
+    print("\n" + table + f"\n\nall configurations produced identical greedy outputs: {lossless}")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    meta = {"machine": platform.machine(), "cpus": __import__("os").cpu_count(), "args": vars(args)}
+    for r in results:
+        r.pop("outputs")
+    (RESULTS / "spec_lengths_cpu.json").write_text(
+        json.dumps({"meta": meta, "lossless": lossless, "results": results}, indent=2) + "\n"
+    )
+    (RESULTS / "spec_lengths_cpu.md").write_text(
+        f"# FASER vs fixed lengths on CPU\n\n{json.dumps(meta)}\n\n{table}\n\nidentical greedy outputs: {lossless}\n"
+    )
+    plot(results, RESULTS / "spec_lengths_cpu.png")
+    print(f"wrote {RESULTS}/spec_lengths_cpu.{{json,md,png}}")
+
+
+if __name__ == "__main__":
+    main()
