@@ -13,7 +13,8 @@ re-check each entry here, then re-scan the wheel for new ``from sgl_kernel impor
 | ``sglang.srt.utils.kill_process_tree`` | reap scheduler/detokenizer children when the launcher exits |
 | ``sglang.srt.plugins.hook_registry.HookRegistry`` (AROUND) | install hooks from the plugin |
 | ``sglang.srt.speculative.spec_info.SpeculativeAlgorithm.create_worker`` (:311) | hand the scheduler the FASER worker |
-| ``sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2`` (:1297) | the class FaserWorker extends: ``verify`` (:1979), ``speculative_num_steps``, ``topk`` |
+| ``sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2`` (:1297) | the class FaserWorker extends: ``forward_batch_generation`` (:1416), ``verify`` (:1979), ``adaptive_controller``, ``_draft_worker``, ``speculative_num_steps``, ``topk`` |
+| ``sglang.srt.speculative.adaptive_runtime_state.AdaptiveController`` (:69) | builds one runtime state per draft depth at start-up and switches them per step |
 | ``BaseSpecWorker.on_verify_complete_cpu`` / ``note_request_finished`` (base_spec_worker.py:379-395) | acceptance feedback, request end |
 | ``EagleVerifyInput.retrieve_next_token`` (eagle_info.py:17) | cut a request's draft chain after k_i drafts |
 | ``GenerationBatchResult.cap_lens`` (managers/utils.py:105) | per-request lengths into SGLang's metrics and ``meta_info`` |
@@ -112,3 +113,10 @@ def enable_cpu_speculative_sampling() -> None:
     if eagle_utils.top_p_renorm_prob is None:
         eagle_utils.top_p_renorm_prob = sampling.top_p_renorm_prob
     eagle_utils._faser_cpu_sampling = True
+
+
+def adaptive_controller(worker, policy):
+    """SGLang's controller that pre-builds a runtime state per step count and applies one per step."""
+    from sglang.srt.speculative.adaptive_runtime_state import AdaptiveController
+
+    return AdaptiveController(worker, policy)

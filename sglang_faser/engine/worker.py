@@ -1,17 +1,21 @@
 """``FaserWorker``: SGLang's EAGLE v2 worker (and its STANDALONE subclass) with per-request draft lengths.
 
-Each decode step, before the target verifies the drafts, the :class:`LengthController` picks a length k_i for every
-request. This first execution path is the *padded* one (sglang-0.5.23-map.md §9.3, "masked uniform"): the draft
-chain keeps SGLang's uniform width, and request i's chain is cut after k_i drafts by setting
-``retrieve_next_token[i, k_i] = -1``. Greedy verification and target-only sampling then stop at k_i and take the
-bonus/correction token from the target at position k_i, so the output is exactly the target's own. KV slots past
-the accepted tokens are never committed: SGLang advances ``seq_len`` by the accepted count only (map §6).
+Each decode step, *before drafting*, the :class:`LengthController` picks a length k_i for every request and the
+step's depth d = max k_i. Two mechanisms then make the step do only that much work:
 
-What this path does not save yet: the draft still runs the full window and the target still computes B x (K+1)
-rows. ``verify_path`` says so in telemetry ("padded"); the ragged layout is the next step.
+* **depth tiers** (real savings): one runtime state per depth 0..K (draft and target attention backends, CUDA
+  graphs where captured), built at start-up and switched per step with SGLang's own adaptive machinery
+  (``AdaptiveController`` + ``build_adaptive_runtime_state`` / ``apply_runtime_state``, eagle_worker_v2.py:1777).
+  The draft then runs d steps and the target verifies B x (d + 1) rows; at d = 0 the step is a plain decode
+  (``_build_trivial_verify_input``) while the draft-extend keeps the draft's state current.
+* **per-request cut** inside the tier: request i's chain ends after k_i drafts (``retrieve_next_token[i, k_i] =
+  -1``), so greedy verification and speculative sampling stop at k_i and take the bonus/correction token from the
+  target at that position: output is exactly the target's. KV slots past the accepted tokens are never committed
+  (SGLang advances ``seq_len`` by the accepted count only, map §6).
 
-Only the topk = 1 chain is cut; with a draft tree (topk > 1) the worker runs SGLang's stock behaviour and reports
-``verify_path = "stock-tree"``.
+What is not saved yet: within a tier every request still gets d + 1 verify rows (a ragged layout would give
+k_i + 1). ``verify_path`` reports "tiered"; "padded" when tiers could not be built (the whole window is verified,
+only the cut applies); "stock-tree" for draft trees (topk > 1), which run SGLang's behaviour unchanged.
 """
 
 from __future__ import annotations
@@ -22,11 +26,37 @@ import time
 import numpy as np
 import torch
 
+from sglang_faser.engine import touchpoints
 from sglang_faser.spec.config import FaserConfig
-from sglang_faser.spec.controller import LengthController
-from sglang_faser.spec.cost_model import VERIFY
+from sglang_faser.spec.controller import LengthController, StepDecision
+from sglang_faser.spec.cost_model import DRAFT, VERIFY
 
 logger = logging.getLogger(__name__)
+
+
+class DepthTiers:
+    """The ``AdaptiveSpecPolicy`` protocol SGLang's ``AdaptiveController`` drives (adaptive_runtime_state.py).
+
+    Candidates are every depth 0..window; the depth for the next step is whatever the FASER worker decided just
+    before ``activate_step_by_batch`` asks for it.
+    """
+
+    def __init__(self, window: int):
+        self.candidate_steps = list(range(window + 1))
+        self.next_depth = window
+        self._cuda_graph_bs = None
+
+    def set_cuda_graph_bs(self, cuda_graph_bs) -> None:
+        self._cuda_graph_bs = cuda_graph_bs
+
+    def cuda_graph_bs_for_step(self, step: int):
+        return self._cuda_graph_bs
+
+    def get_steps_for_batch(self, batch_size: int) -> int:
+        return self.next_depth
+
+    def on_verify_complete(self, num_correct_drafts_per_req, batch_size: int):
+        return None  # FASER switches tiers before drafting, never after verification
 
 
 class FaserWorkerMixin:
@@ -34,37 +64,59 @@ class FaserWorkerMixin:
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.faser_window = self.speculative_num_steps
         self.faser_config = FaserConfig.from_env()
-        self.faser = LengthController(self.faser_config, window=self.speculative_num_steps)
-        self.faser_verify_path = "padded" if self.topk == 1 else "stock-tree"
+        self.faser = LengthController(self.faser_config, window=self.faser_window)
+        self.faser_tiers: DepthTiers | None = None
+        self.faser_verify_path = "stock-tree"
+        self._faser_decision: StepDecision | None = None
+        self._faser_verify_ms = 0.0
+        if self.topk == 1:
+            self.faser_verify_path = "padded"
+            if self.adaptive_controller is None and self._draft_worker is not None:
+                self.faser_tiers = DepthTiers(self.faser_window)
+                self.adaptive_controller = touchpoints.adaptive_controller(self, self.faser_tiers)
+                self.faser_verify_path = "tiered"
         logger.info(
             "FASER worker on %s: window=%d topk=%d path=%s config=%s",
             type(self).__mro__[2].__name__,
-            self.speculative_num_steps,
+            self.faser_window,
             self.topk,
             self.faser_verify_path,
             self.faser_config.to_json(),
         )
 
     # -- one decode step ---------------------------------------------------------------------------------
-    def verify(self, batch, pp_proxy_tensors=None, grammar_barrier=None):
-        spec_info = batch.spec_info
-        if self.faser_verify_path != "padded" or batch.forward_mode.is_idle() or not batch.reqs:
-            return super().verify(batch, pp_proxy_tensors=pp_proxy_tensors, grammar_barrier=grammar_barrier)
+    def forward_batch_generation(self, batch, *args, **kwargs):
+        decode = not (batch.forward_mode.is_extend() or batch.is_extend_in_batch)
+        if self.faser_verify_path == "stock-tree" or not decode or batch.forward_mode.is_idle() or not batch.reqs:
+            return super().forward_batch_generation(batch, *args, **kwargs)
 
-        rids = [req.rid for req in batch.reqs]
-        lengths = self.faser.decide(rids, padded_width=self.speculative_num_steps)
-        self._cut_chains(spec_info, lengths)
-
+        decision = self.faser.decide([req.rid for req in batch.reqs], padded=self.faser_tiers is None)
+        self._faser_decision = decision
+        if self.faser_tiers is not None:
+            self.faser_tiers.next_depth = decision.depth  # applied by activate_step_by_batch
         start = time.perf_counter()
-        result = super().verify(batch, pp_proxy_tensors=pp_proxy_tensors, grammar_barrier=grammar_barrier)
-        self.faser.record_phase(
-            VERIFY, len(rids), len(rids) * (self.speculative_num_steps + 1), (time.perf_counter() - start) * 1e3
-        )
-        result.cap_lens = torch.as_tensor(lengths, dtype=torch.int32)
+        result = super().forward_batch_generation(batch, *args, **kwargs)
+        total_ms = (time.perf_counter() - start) * 1e3
+        bs = len(batch.reqs)
+        self.faser.record_phase(VERIFY, bs, bs * (decision.depth + 1), self._faser_verify_ms)
+        self.faser.record_phase(DRAFT, bs, decision.depth, max(total_ms - self._faser_verify_ms, 0.0))
+        result.cap_lens = torch.as_tensor(decision.lengths, dtype=torch.int32)
+        self._faser_decision = None
         return result
 
-    def _cut_chains(self, spec_info, lengths: np.ndarray) -> None:
+    def verify(self, batch, pp_proxy_tensors=None, grammar_barrier=None):
+        decision = self._faser_decision
+        if decision is not None:
+            self._cut_chains(batch.spec_info, decision.lengths)
+        start = time.perf_counter()
+        result = super().verify(batch, pp_proxy_tensors=pp_proxy_tensors, grammar_barrier=grammar_barrier)
+        self._faser_verify_ms = (time.perf_counter() - start) * 1e3
+        return result
+
+    @staticmethod
+    def _cut_chains(spec_info, lengths: np.ndarray) -> None:
         """End request i's draft chain after ``lengths[i]`` drafts (node k_i gets no successor)."""
         next_token = spec_info.retrieve_next_token
         width = next_token.shape[1]

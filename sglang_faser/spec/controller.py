@@ -2,12 +2,16 @@
 
 The SGLang worker calls it three times per decode step:
 
-1. ``decide(rids)`` before verification: the lengths k_i for this batch (acceptance estimates + cost model +
-   policy, within the operator's bounds);
+1. ``decide(rids)`` before drafting: the lengths k_i for this batch (acceptance estimates + cost model + policy,
+   within the operator's bounds) and the draft depth the step runs at (the deepest k_i);
 2. ``observe(accepted)`` once the accepted counts are on the CPU (SGLang's ``on_verify_complete_cpu``);
 3. ``record_phase`` with measured draft / verify times, which refresh the cost model online.
 
 It also keeps the counters FASER's telemetry reports (proposed, verified, accepted tokens; chosen lengths).
+
+Exploration: a cost model fitted only to the depths the policy likes cannot tell what other depths would cost
+(every sample has the same shape). Every ``explore_every``-th step therefore runs at a random depth, with each
+request's length clipped to it; output stays lossless, only that step's speed is at stake.
 """
 
 from __future__ import annotations
@@ -20,6 +24,13 @@ from sglang_faser.spec.acceptance import AcceptanceTracker
 from sglang_faser.spec.config import FaserConfig
 from sglang_faser.spec.cost_model import StepCostModel
 from sglang_faser.spec.policy import make_policy
+
+
+@dataclass(frozen=True)
+class StepDecision:
+    lengths: np.ndarray  # [B] draft tokens each request may have accepted
+    depth: int  # draft steps the batch runs (max of lengths, or the exploration depth)
+    explored: bool
 
 
 @dataclass
@@ -43,9 +54,18 @@ class LengthCounters:
 
 
 class LengthController:
-    def __init__(self, config: FaserConfig, window: int, cost: StepCostModel | None = None):
+    def __init__(
+        self,
+        config: FaserConfig,
+        window: int,
+        cost: StepCostModel | None = None,
+        explore_every: int = 16,
+        seed: int = 0,
+    ):
         """``window``: the draft positions the server reserves per request (SGLang's speculative_num_steps)."""
         self.window = window
+        self.explore_every = explore_every
+        self._rng = np.random.default_rng(seed)
         self.tracker = AcceptanceTracker(max_len=max(window, 1))
         self.cost = cost or StepCostModel()
         self.counters = LengthCounters()
@@ -60,23 +80,30 @@ class LengthController:
         fixed = config.fixed_len if config.fixed_len is not None else self.max_len
         self.policy = make_policy(config.mode.value, fixed)
 
-    def decide(self, rids: list[str], caps: np.ndarray | None = None, padded_width: int | None = None) -> np.ndarray:
-        """Lengths for this step's batch; ``caps`` are per-request limits (e.g. from custom_params)."""
+    def decide(self, rids: list[str], caps: np.ndarray | None = None, padded: bool = False) -> StepDecision:
+        """Lengths and depth for this step's batch; ``caps`` are per-request limits (e.g. from custom_params).
+
+        ``padded``: the worker verifies the full window whatever the lengths (no depth tiers available).
+        """
         batch = len(rids)
         limit = np.full(batch, self.max_len, dtype=np.int64)
         if caps is not None:
             limit = np.minimum(limit, np.asarray(caps, dtype=np.int64))
         mins = np.minimum(np.full(batch, self.min_len, dtype=np.int64), limit)
-        accept = self.tracker.accept_probs(rids)
-        lengths = self.policy.plan(accept, limit, mins, self.cost).lengths
-        self._pending = (list(rids), lengths)
+        lengths = self.policy.plan(self.tracker.accept_probs(rids), limit, mins, self.cost).lengths
         c = self.counters
+        explored = not padded and self.explore_every > 0 and c.steps % self.explore_every == self.explore_every - 1
+        if explored:
+            depth = int(self._rng.integers(0, self.max_len + 1))
+            lengths = np.maximum(np.minimum(lengths, depth), np.minimum(mins, depth))
+        depth = self.window if padded else int(lengths.max(initial=0))
+        self._pending = (list(rids), lengths)
         c.steps += 1
         c.requests += batch
         c.proposed += int(lengths.sum())
-        c.verified += batch * (padded_width + 1) if padded_width is not None else int(lengths.sum()) + batch
+        c.verified += batch * (depth + 1)
         c.add_lengths(lengths)
-        return lengths
+        return StepDecision(lengths, depth, explored)
 
     def observe(self, accepted: list[int] | np.ndarray) -> None:
         """Accepted draft counts for the batch of the last ``decide``."""

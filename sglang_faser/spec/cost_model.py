@@ -6,7 +6,8 @@ feeds it the measured time of every step. Two linear models, fitted by least squ
 coefficients:
 
     verify_ms(B, tokens) = v0 + v_req * B + v_tok * tokens            (one TARGET_VERIFY pass over `tokens` rows)
-    draft_ms(B, steps)   = d0 + d_req * B + steps * (d_step + d_step_req * B)   (draft steps plus draft-extend)
+    draft_ms(B, steps)   = d0 + d_req * B + steps * (d_step + d_step_req * B)   (draft steps plus draft-extend;
+                                                                                the extend runs even at 0 steps)
 
 Profile samples stay as a prior; online samples live in a sliding window, so the fit follows load and thermal
 drift without forgetting the shape the profile established.
@@ -68,11 +69,9 @@ class StepCostModel:
         return v0 + v_req * np.asarray(batch, dtype=float) + v_tok * np.asarray(tokens, dtype=float)
 
     def draft_ms(self, batch, steps) -> np.ndarray:
-        """Drafting ``steps`` positions for ``batch`` requests; 0 steps costs nothing (no draft, no extend)."""
+        """Drafting ``steps`` positions for ``batch`` requests, plus the draft-extend that keeps the draft current."""
         d0, d_req, d_step, d_step_req = self.draft_coef
-        steps = np.asarray(steps, dtype=float)
-        ms = d0 + d_req * batch + steps * (d_step + d_step_req * batch)
-        return np.where(steps > 0, ms, 0.0)
+        return d0 + d_req * batch + np.asarray(steps, dtype=float) * (d_step + d_step_req * batch)
 
     def step_ms(self, batch, verify_tokens, draft_steps) -> np.ndarray:
         return self.verify_ms(batch, verify_tokens) + self.draft_ms(batch, draft_steps)

@@ -1,0 +1,45 @@
+"""The per-step controller: bounds, depth, exploration and counters."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sglang_faser.spec.config import FaserConfig
+from sglang_faser.spec.controller import LengthController
+
+
+def test_depth_is_the_deepest_length_and_counters_add_up():
+    controller = LengthController(FaserConfig(mode="fixed", fixed_len=2), window=4, explore_every=0)
+    decision = controller.decide(["a", "b"], caps=np.array([4, 1]))
+    assert decision.lengths.tolist() == [2, 1] and decision.depth == 2
+    controller.observe([2, 0])
+    c = controller.counters
+    assert (c.proposed, c.verified, c.accepted, c.committed) == (3, 6, 2, 4)
+    assert c.length_histogram == [0, 1, 1]
+
+
+def test_padded_steps_verify_the_whole_window():
+    controller = LengthController(FaserConfig(mode="fixed", fixed_len=1), window=3, explore_every=0)
+    assert controller.decide(["a"], padded=True).depth == 3
+    assert controller.counters.verified == 4
+
+
+def test_operator_max_len_caps_the_window_and_mode_off_proposes_nothing():
+    controller = LengthController(FaserConfig(max_len=2), window=5, explore_every=0)
+    assert controller.decide(["a", "b", "c"]).lengths.max() <= 2
+    controller.apply_config(FaserConfig(mode="off"))
+    decision = controller.decide(["a", "b", "c"])
+    assert decision.lengths.tolist() == [0, 0, 0] and decision.depth == 0
+
+
+def test_exploration_visits_other_depths_within_bounds():
+    controller = LengthController(FaserConfig(mode="fixed", fixed_len=4, min_len=1), window=4, explore_every=2)
+    depths = set()
+    for _ in range(200):
+        decision = controller.decide(["a", "b"])
+        controller.observe([0, 0])
+        assert decision.lengths.max() <= decision.depth <= 4
+        if decision.explored and decision.depth >= 1:
+            assert decision.lengths.min() >= 1  # min_len still holds where the depth allows it
+        depths.add(decision.depth)
+    assert depths == {0, 1, 2, 3, 4}
