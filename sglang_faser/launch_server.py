@@ -4,7 +4,8 @@ Accepts every SGLang flag plus the ``--faser-*`` flags (validated here, before a
 applies what a CPU-only machine needs (sglang-on-cpu.md §5-6):
 
 * ``SGLANG_USE_CPU_ENGINE=1`` and ``--device cpu`` when only the sgl_kernel stand-in is available;
-* ``--attention-backend intel_amx`` (the one CPU backend that can verify drafts) with the platform reporting AMX;
+* ``--attention-backend intel_amx`` (the one CPU backend that can verify drafts) with the platform reporting AMX,
+  and ``--disable-cuda-graph``;
 * with no ``--model-path``, the embedded default: a tiny model generated offline on first use; asking for
   ``--speculative-algorithm EAGLE`` or ``STANDALONE`` without a draft path picks the matching embedded draft.
 
@@ -56,6 +57,8 @@ def apply_cpu_and_model_defaults(argv: list[str], on_cpu: bool) -> list[str]:
             argv += ["--device", "cpu"]
         if not _has_flag(argv, "--attention-backend"):
             argv += ["--attention-backend", "intel_amx"]
+        if not _has_flag(argv, "--disable-cuda-graph"):
+            argv += ["--disable-cuda-graph"]  # none can be captured on a CPU; FASER's depth tiers need them off
     return argv
 
 

@@ -14,6 +14,7 @@ re-check each entry here, then re-scan the wheel for new ``from sgl_kernel impor
 | ``sglang.srt.plugins.hook_registry.HookRegistry`` (AROUND) | install hooks from the plugin |
 | ``sglang.srt.speculative.spec_info.SpeculativeAlgorithm.create_worker`` (:311) | hand the scheduler the FASER worker |
 | ``sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2`` (:1297) | the class FaserWorker extends: ``forward_batch_generation`` (:1416), ``verify`` (:1979), ``adaptive_controller``, ``_draft_worker``, ``speculative_num_steps``, ``topk`` |
+| ``sglang.srt.model_executor.cuda_graph_config.check_cuda_graph_backend`` | depth tiers on CPU need decode graphs off (a target graph runner cannot be built there) |
 | ``sglang.srt.speculative.adaptive_runtime_state.AdaptiveController`` (:69) | builds one runtime state per draft depth at start-up and switches them per step |
 | ``BaseSpecWorker.on_verify_complete_cpu`` / ``note_request_finished`` (base_spec_worker.py:379-395) | acceptance feedback, request end |
 | ``EagleVerifyInput.retrieve_next_token`` (eagle_info.py:17) | cut a request's draft chain after k_i drafts |
@@ -120,3 +121,10 @@ def adaptive_controller(worker, policy):
     from sglang.srt.speculative.adaptive_runtime_state import AdaptiveController
 
     return AdaptiveController(worker, policy)
+
+
+def decode_graphs_disabled() -> bool:
+    """Whether decode CUDA graphs are off (always so in practice on CPU, where none can be captured)."""
+    from sglang.srt.model_executor.cuda_graph_config import Backend, Phase, check_cuda_graph_backend
+
+    return check_cuda_graph_backend(Phase.DECODE, Backend.DISABLED)

@@ -73,7 +73,10 @@ class FaserWorkerMixin:
         self._faser_verify_ms = 0.0
         if self.topk == 1:
             self.faser_verify_path = "padded"
-            if self.adaptive_controller is None and self._draft_worker is not None:
+            on_cpu_with_graphs = str(self.device) == "cpu" and not touchpoints.decode_graphs_disabled()
+            if on_cpu_with_graphs:
+                logger.warning("FASER: depth tiers on CPU need --disable-cuda-graph; using the padded path")
+            elif self.adaptive_controller is None and self._draft_worker is not None:
                 self.faser_tiers = DepthTiers(self.faser_window)
                 self.adaptive_controller = touchpoints.adaptive_controller(self, self.faser_tiers)
                 self.faser_verify_path = "tiered"
@@ -104,6 +107,14 @@ class FaserWorkerMixin:
         self.faser.record_phase(DRAFT, bs, decision.depth, max(total_ms - self._faser_verify_ms, 0.0))
         result.cap_lens = torch.as_tensor(decision.lengths, dtype=torch.int32)
         self._faser_decision = None
+        if self.faser.counters.steps % 1000 == 0:
+            cost = self.faser.cost
+            logger.info(
+                "FASER cost model after %d steps: verify_coef=%s draft_coef=%s",
+                self.faser.counters.steps,
+                np.round(cost.verify_coef, 3).tolist(),
+                np.round(cost.draft_coef, 3).tolist(),
+            )
         return result
 
     def verify(self, batch, pp_proxy_tensors=None, grammar_barrier=None):

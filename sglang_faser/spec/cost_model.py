@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 VERIFY, DRAFT = "verify", "draft"
+OUTLIER_FACTOR = 4.0
 
 
 def _verify_features(batch, tokens) -> np.ndarray:
@@ -34,16 +35,24 @@ def _draft_features(batch, steps) -> np.ndarray:
 
 
 def _fit_nonnegative(x: np.ndarray, y: np.ndarray, fallback: np.ndarray) -> np.ndarray:
-    """Least squares with coefficients clipped at zero (a cost never falls as work grows)."""
+    """Least squares with non-negative coefficients (a cost never falls as work grows).
+
+    Terms whose coefficient comes out negative are dropped and the rest refitted, until none is negative.
+    Samples above ``OUTLIER_FACTOR`` x the median are ignored: one-off stalls (first use of a runtime state,
+    lazy initialisation, a busy machine) would otherwise dominate a window of a few hundred steps.
+    """
+    keep_rows = y <= OUTLIER_FACTOR * np.median(y)
+    x, y = x[keep_rows], y[keep_rows]
     if len(y) < x.shape[1]:
         return fallback
-    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
-    if np.any(coef < 0):  # refit without the negative terms
-        keep = coef > 0
-        coef = np.zeros_like(coef)
-        if keep.any():
-            coef[keep], *_ = np.linalg.lstsq(x[:, keep], y, rcond=None)
-            coef = np.maximum(coef, 0.0)
+    active = np.ones(x.shape[1], dtype=bool)
+    coef = np.zeros(x.shape[1])
+    while active.any():
+        sub, *_ = np.linalg.lstsq(x[:, active], y, rcond=None)
+        if (sub >= 0).all():
+            coef[active] = sub
+            break
+        active[np.flatnonzero(active)[sub < 0]] = False
     return coef
 
 

@@ -63,3 +63,15 @@ def test_readme_demo_runs_end_to_end(tiny_suite):
     assert proc.stdout.count("/generate  ") == 3
     assert "/v1/chat/completions -> " in proc.stdout
     assert "accept_length=" in proc.stdout
+
+
+def test_launcher_runs_the_faser_worker_with_depth_tiers(server):
+    """FASER is on by default under the launcher, on the tiered path (draft and verify only to the chosen depth)."""
+    requests.post(
+        server.url + "/generate",
+        json={"text": "the lazy dog", "sampling_params": {"temperature": 0, "max_new_tokens": 8}},
+        timeout=120,
+    )
+    log = server.log_path.read_text()
+    assert "FASER worker on EAGLEWorkerV2" in log
+    assert "path=tiered" in log

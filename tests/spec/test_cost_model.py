@@ -47,3 +47,13 @@ def test_vectorised_queries():
     model = StepCostModel(verify_coef=[1.0, 0.0, 1.0], draft_coef=[0.5, 0.0, 2.0, 0.0])
     ms = model.step_ms(4, np.array([4, 8, 12]), np.array([0, 1, 2]))
     assert ms.tolist() == [5.5, 11.5, 17.5]
+
+
+def test_one_off_stalls_do_not_distort_the_fit():
+    model = StepCostModel()
+    for batch in (1, 4, 8):
+        for steps in (0, 1, 3, 5):
+            model.add_profile_sample(DRAFT, batch, steps, 2.0 + 3.0 * steps)
+    model.add_profile_sample(DRAFT, 4, 3, 10_000.0)  # first use of a runtime state
+    model.refit()
+    assert model.draft_coef == pytest.approx([2.0, 0.0, 3.0, 0.0], abs=1e-6)
