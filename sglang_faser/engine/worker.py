@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from sglang_faser.engine import touchpoints
+from sglang_faser.engine.frontier_verify import FrontierVerifier
 from sglang_faser.spec.config import FaserConfig
 from sglang_faser.spec.controller import LengthController, StepDecision
 from sglang_faser.spec.cost_model import DRAFT, VERIFY
@@ -103,7 +104,7 @@ class FaserWorkerMixin:
         result = super().forward_batch_generation(batch, *args, **kwargs)
         total_ms = (time.perf_counter() - start) * 1e3
         bs = len(batch.reqs)
-        self.faser.record_phase(VERIFY, bs, bs * (decision.depth + 1), self._faser_verify_ms)
+        # verify samples are recorded per target pass (FrontierVerifier.on_pass)
         self.faser.record_phase(DRAFT, bs, decision.depth, max(total_ms - self._faser_verify_ms, 0.0))
         result.cap_lens = torch.as_tensor(decision.lengths, dtype=torch.int32)
         self._faser_decision = None
@@ -119,12 +120,44 @@ class FaserWorkerMixin:
 
     def verify(self, batch, pp_proxy_tensors=None, grammar_barrier=None):
         decision = self._faser_decision
+        verifier = None
         if decision is not None:
             self._cut_chains(batch.spec_info, decision.lengths)
+            verifier = self._frontier_verifier(batch, decision)
         start = time.perf_counter()
-        result = super().verify(batch, pp_proxy_tensors=pp_proxy_tensors, grammar_barrier=grammar_barrier)
+        target = self.target_worker
+        if verifier is not None:
+            target.forward_batch_generation = verifier.forward  # this call only; see frontier_verify.py
+        try:
+            result = super().verify(batch, pp_proxy_tensors=pp_proxy_tensors, grammar_barrier=grammar_barrier)
+        finally:
+            if verifier is not None:
+                del target.forward_batch_generation
         self._faser_verify_ms = (time.perf_counter() - start) * 1e3
+        if verifier is not None:
+            stats = verifier.stats
+            self.faser.record_verification(stats.verified_rows, stats.pruned_rows)
+        elif decision is not None:
+            self.faser.record_verification(len(decision.lengths) * (decision.depth + 1), 0)
         return result
+
+    def _frontier_verifier(self, batch, decision: StepDecision) -> FrontierVerifier | None:
+        """Ragged, frontier-chunked verification with early pruning (None: SGLang's single pass)."""
+        if "forward_batch_generation" in vars(self.target_worker):
+            return None  # someone else already wraps the target call; do not stack
+        cost = self.faser.cost
+
+        def on_pass(vpass, began: float, ended: float) -> None:
+            self.faser.record_phase(VERIFY, len(vpass.members), vpass.rows, (ended - began) * 1e3)
+
+        return FrontierVerifier(
+            self.target_worker.forward_batch_generation,
+            decision.lengths,
+            _prunable(batch),
+            self.faser.config.frontier_size,
+            pass_ms=lambda requests, rows: float(cost.verify_ms(requests, rows)),
+            on_pass=on_pass,
+        )
 
     @staticmethod
     def _cut_chains(spec_info, lengths: np.ndarray) -> None:
@@ -144,6 +177,21 @@ class FaserWorkerMixin:
     def note_request_finished(self, *, rid: str, natural_stop: bool) -> None:
         super().note_request_finished(rid=rid, natural_stop=natural_stop)
         self.faser.forget(rid)
+
+
+def _prunable(batch) -> np.ndarray:
+    """Requests whose acceptance is a plain argmax check, so a rejection seen early is final (frontier_verify.py)."""
+    bs = len(batch.reqs)
+    info = batch.sampling_info
+    modified = info is None or batch.has_grammar or getattr(info, "has_watermark_candidates", False) or any(
+        getattr(info, name, None) is not None
+        for name in ("acc_additive_penalties", "acc_scaling_penalties", "logit_bias")
+    )
+    if modified:
+        return np.zeros(bs, dtype=bool)
+    if info.is_all_greedy:
+        return np.ones(bs, dtype=bool)
+    return (info.top_ks[:bs] <= 1).cpu().numpy()
 
 
 _CLASSES: dict[type, type] = {}

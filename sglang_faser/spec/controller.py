@@ -40,7 +40,8 @@ class LengthCounters:
     steps: int = 0
     requests: int = 0  # request-steps
     proposed: int = 0  # draft tokens put up for verification (sum of k_i)
-    verified: int = 0  # target rows computed in verification (sum of k_i + 1 ragged, B * (K + 1) padded)
+    verified: int = 0  # target rows computed in verification (sum of k_i + 1 ragged, B * (d + 1) one pass)
+    pruned: int = 0  # rows skipped because an earlier frontier already rejected (early pruning)
     accepted: int = 0  # draft tokens accepted
     committed: int = 0  # tokens committed (accepted + one bonus/correction per request-step)
     length_histogram: list[int] = field(default_factory=list)
@@ -101,7 +102,6 @@ class LengthController:
         c.steps += 1
         c.requests += batch
         c.proposed += int(lengths.sum())
-        c.verified += batch * (depth + 1)
         c.add_lengths(lengths)
         return StepDecision(lengths, depth, explored)
 
@@ -115,6 +115,11 @@ class LengthController:
         self.tracker.observe(rids, lengths, accepted)
         self.counters.accepted += int(accepted.sum())
         self.counters.committed += int(accepted.sum()) + len(rids)
+
+    def record_verification(self, verified_rows: int, pruned_rows: int) -> None:
+        """Rows the step's verification computed, and rows early pruning saved."""
+        self.counters.verified += verified_rows
+        self.counters.pruned += pruned_rows
 
     def record_phase(self, phase: str, batch: int, size: int, ms: float) -> None:
         self.cost.record(phase, batch, size, ms)

@@ -13,15 +13,16 @@ def test_depth_is_the_deepest_length_and_counters_add_up():
     decision = controller.decide(["a", "b"], caps=np.array([4, 1]))
     assert decision.lengths.tolist() == [2, 1] and decision.depth == 2
     controller.observe([2, 0])
+    controller.record_verification(verified_rows=5, pruned_rows=1)  # ragged: (2 + 1) + (1 + 1), one row pruned
     c = controller.counters
-    assert (c.proposed, c.verified, c.accepted, c.committed) == (3, 6, 2, 4)
+    assert (c.proposed, c.verified, c.pruned, c.accepted, c.committed) == (3, 5, 1, 2, 4)
     assert c.length_histogram == [0, 1, 1]
 
 
 def test_padded_steps_verify_the_whole_window():
     controller = LengthController(FaserConfig(mode="fixed", fixed_len=1), window=3, explore_every=0)
-    assert controller.decide(["a"], padded=True).depth == 3
-    assert controller.counters.verified == 4
+    decision = controller.decide(["a"], padded=True)
+    assert decision.depth == 3 and decision.lengths.tolist() == [1]
 
 
 def test_operator_max_len_caps_the_window_and_mode_off_proposes_nothing():

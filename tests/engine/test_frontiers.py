@@ -1,0 +1,117 @@
+"""Frontier-chunked verification with early pruning inside SGLang's real engine (CPU: the passes run in turn).
+
+Lengths are forced up (min_len / fixed mode) so that every step really splits into several frontiers; with the
+tiny random models most drafts are rejected early, so greedy requests are pruned all the time and any error in
+the pass layout, the KV positions or the pruning rule shows up as a token that differs from HF's greedy output.
+"""
+
+from __future__ import annotations
+
+import pytest
+from prompts import PROMPTS
+
+from sglang_faser.spec.config import FaserConfig
+
+pytestmark = pytest.mark.engine
+
+MAX_NEW = 24
+GREEDY = {"temperature": 0, "max_new_tokens": MAX_NEW, "ignore_eos": True}
+WINDOW = dict(speculative_eagle_topk=1, speculative_num_steps=3, speculative_num_draft_tokens=4)
+
+
+def _pair(suite, algorithm):
+    draft = suite.eagle if algorithm == "EAGLE" else suite.standalone
+    return dict(model_path=str(suite.target), speculative_algorithm=algorithm,
+                speculative_draft_model_path=str(draft), **WINDOW)
+
+
+@pytest.mark.parametrize(
+    "algorithm, frontier, overlap",
+    [("EAGLE", 1, True), ("STANDALONE", 2, False), ("EAGLE", 3, False), ("STANDALONE", 1, True)],
+    ids=["eagle-f1-overlap", "standalone-f2-serial", "eagle-fmax-serial", "standalone-f1-overlap"],
+)
+def test_frontier_greedy_output_equals_hf(algorithm, frontier, overlap, tiny_suite, tokenizer, engine_pool,
+                                          hf_greedy):
+    config = FaserConfig(min_len=2, frontier_size=frontier, overlap=overlap)  # lengths 2..3: ragged and chunked
+    engine = engine_pool.get(f"frontier-{algorithm}-{frontier}-{overlap}", faser=config,
+                             **_pair(tiny_suite, algorithm))
+    input_ids = [tokenizer(p).input_ids for p in PROMPTS]
+    outs = engine.generate(input_ids=input_ids, sampling_params=GREEDY)
+    for ids, out in zip(input_ids, outs):
+        assert out["output_ids"] == hf_greedy(tiny_suite.target, ids, MAX_NEW)
+        histogram = out["meta_info"]["spec_cap_lens_histogram"]
+        assert sum(histogram[:2]) == 0 and sum(histogram[2:]) > 0, histogram  # every step drafted 2 or 3
+
+
+def _cycle_engine(suite, engine_pool):
+    return engine_pool.get(
+        "frontier-cycles-fixed3-f1",
+        faser=FaserConfig(mode="fixed", fixed_len=3, frontier_size=1),
+        model_path=str(suite.cycle_target),
+        speculative_algorithm="STANDALONE",
+        speculative_draft_model_path=str(suite.cycle_draft),
+        **WINDOW,
+    )
+
+
+def test_a_rejected_request_is_pruned_while_its_neighbour_goes_on(tiny_suite, engine_pool, hf_greedy):
+    """Cycle pair: drafts on cycle A always pass, on cycle B the first draft always fails (models/tiny.py)."""
+    engine = _cycle_engine(tiny_suite, engine_pool)
+    before = _faser_counters(engine)
+    sure, hopeless = [0, 10], [0, 300]
+    outs = engine.generate(input_ids=[sure, hopeless], sampling_params={**GREEDY, "max_new_tokens": 40})
+    for ids, out in zip([sure, hopeless], outs):
+        assert out["output_ids"] == hf_greedy(tiny_suite.cycle_target, ids, 40)
+    sure_meta, hopeless_meta = outs[0]["meta_info"], outs[1]["meta_info"]
+    assert hopeless_meta["spec_num_correct_drafts"] == 0
+    assert sure_meta["spec_accept_length"] > 3.0  # all three drafts pass, frontier after frontier
+    after = _faser_counters(engine)
+    steps = hopeless_meta["spec_verify_ct"]
+    pruned = after["pruned"] - before["pruned"]
+    # the hopeless request is verified in frontier 0 only (root + draft 1): its rows 2 and 3 are pruned every step
+    assert pruned >= 2 * (steps - 1), (pruned, steps)
+    assert after["verified"] - before["verified"] < 2 * 4 * steps  # fewer rows than one-shot B x (d + 1)
+
+
+def _faser_counters(engine) -> dict:
+    info = engine.get_server_info()
+    return info["internal_states"][0]["faser"]["counters"]
+
+
+def test_sampled_output_keeps_the_target_distribution_with_frontiers(tiny_suite, engine_pool):
+    """temperature > 0: every emitted token is a draw from the target's own next-token distribution.
+
+    The cycle target is context-free, so p(next | prev) is known exactly from HF for every token. At temperature
+    25 the target's successor token has probability ~0.5: drafts on cycle A are accepted about half the time and
+    the rest comes from residual sampling. Greedy verification (SGLang's CPU default) would emit the successor
+    every time, about 20 standard deviations off. Sampled requests are never pruned early (their rejection is a
+    coin flip SGLang makes after all rows are in), so every chunk of their chain is verified.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from sglang_faser.models.tiny import CYCLE_SPLIT, cycle_successor
+
+    temperature = 25.0
+    model = AutoModelForCausalLM.from_pretrained(tiny_suite.cycle_target, dtype=torch.float32)
+    with torch.no_grad():
+        probs = torch.softmax(model(torch.arange(512)[:, None]).logits[:, -1].double() / temperature, -1)
+
+    engine = _cycle_engine(tiny_suite, engine_pool)  # fixed length 3 in frontiers of 1: speculation always runs
+    prompts = [[0, 3 + 7 * i] for i in range(16)]
+    params = {"temperature": temperature, "max_new_tokens": 40, "ignore_eos": True}
+    outs = engine.generate(input_ids=prompts, sampling_params=params)
+
+    successes = expected = variance = in_a = expected_a = variance_a = 0.0
+    for prompt, out in zip(prompts, outs):
+        tokens = prompt[-1:] + out["output_ids"]
+        for prev, token in zip(tokens, tokens[1:]):
+            p_succ = float(probs[prev, cycle_successor(prev)])
+            p_a = float(probs[prev, 3:CYCLE_SPLIT].sum())
+            successes += token == cycle_successor(prev)
+            expected, variance = expected + p_succ, variance + p_succ * (1 - p_succ)
+            in_a += 3 <= token < CYCLE_SPLIT
+            expected_a, variance_a = expected_a + p_a, variance_a + p_a * (1 - p_a)
+    assert abs(successes - expected) / variance**0.5 < 4.5, (successes, expected)
+    assert abs(in_a - expected_a) / variance_a**0.5 < 4.5, (in_a, expected_a)
+    assert sum(out["meta_info"]["spec_num_correct_drafts"] for out in outs) > 0  # drafts were accepted too
