@@ -19,6 +19,8 @@ re-check each entry here, then re-scan the wheel for new ``from sgl_kernel impor
 | ``BaseSpecWorker.on_verify_complete_cpu`` / ``note_request_finished`` (base_spec_worker.py:379-395) | acceptance feedback, request end |
 | ``EagleVerifyInput.retrieve_next_token`` (eagle_info.py:17) | cut a request's draft chain after k_i drafts |
 | ``GenerationBatchResult.cap_lens`` (managers/utils.py:105) | per-request lengths into SGLang's metrics and ``meta_info`` |
+| ``TpModelWorker.forward_batch_generation(forward_batch=..., is_verify=True)`` (tp_worker.py:622), called once by ``run_eagle_verify`` (eagle_worker_common.py:654) | replaced for that one call by FASER's frontier passes (``engine/frontier_verify.py``); each pass is a TARGET_VERIFY ``ForwardBatch`` copy with a subset of requests and ``seq_lens`` advanced by the rows before it; needs the intel_amx/chain semantics of ``_build_extend_metadata`` (intel_amx_backend.py:70): uniform ``draft_token_num`` rows, causal when ``tree_topk == 1`` |
+| ``ForwardBatch``, ``ForwardMode.TARGET_VERIFY``, ``CaptureHiddenMode.FULL``, ``EagleVerifyInput`` (forward_batch_info.py:493, eagle_info.py:17), ``ModelRunner.forward`` (model_runner.py:1813) | dummy verify passes for the start-up cost profile (``engine/profiler.py``), as SGLang's cpu_graph_runner.py:841 builds them for capture |
 | ``sglang.srt.speculative.eagle_utils``: ``_verify_uses_greedy`` (:485), ``tree_speculative_sampling_target_only``, ``top_k_renorm_prob``, ``top_p_renorm_prob`` | on CPU, verify by speculative sampling instead of SGLang's greedy-only path |
 """
 
@@ -128,3 +130,34 @@ def decode_graphs_disabled() -> bool:
     from sglang.srt.model_executor.cuda_graph_config import Backend, Phase, check_cuda_graph_backend
 
     return check_cuda_graph_backend(Phase.DECODE, Backend.DISABLED)
+
+
+# -- dummy target passes for the start-up cost profile (engine/profiler.py) ---------------------------------
+def target_verify_mode():
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    return ForwardMode.TARGET_VERIFY
+
+
+def capture_full():
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+
+    return CaptureHiddenMode.FULL
+
+
+def forward_batch(**fields):
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+    return ForwardBatch(**fields)
+
+
+def eagle_verify_input(*, topk: int, draft_token_num: int, spec_steps: int, capture_hidden_mode):
+    """A verify input that only carries shapes (what SGLang's graph runners build for capture)."""
+    from sglang.srt.speculative.eagle_info import EagleVerifyInput
+
+    return EagleVerifyInput(
+        draft_token=None, custom_mask=None, positions=None, retrieve_index=None, retrieve_next_token=None,
+        retrieve_next_sibling=None, retrieve_cum_len=None, spec_steps=spec_steps, topk=topk,
+        draft_token_num=draft_token_num, capture_hidden_mode=capture_hidden_mode, seq_lens_sum=None,
+        seq_lens_cpu=None,
+    )

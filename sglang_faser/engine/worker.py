@@ -28,6 +28,7 @@ import torch
 
 from sglang_faser.engine import touchpoints
 from sglang_faser.engine.frontier_verify import FrontierVerifier
+from sglang_faser.engine.profiler import seed_cost_model
 from sglang_faser.spec.config import FaserConfig
 from sglang_faser.spec.controller import LengthController, StepDecision
 from sglang_faser.spec.cost_model import DRAFT, VERIFY
@@ -81,6 +82,7 @@ class FaserWorkerMixin:
                 self.faser_tiers = DepthTiers(self.faser_window)
                 self.adaptive_controller = touchpoints.adaptive_controller(self, self.faser_tiers)
                 self.faser_verify_path = "tiered"
+        self.faser_profile = "pending"  # run before the first decode step (the runner is complete by then)
         logger.info(
             "FASER worker on %s: window=%d topk=%d path=%s config=%s",
             type(self).__mro__[2].__name__,
@@ -96,6 +98,8 @@ class FaserWorkerMixin:
         if self.faser_verify_path == "stock-tree" or not decode or batch.forward_mode.is_idle() or not batch.reqs:
             return super().forward_batch_generation(batch, *args, **kwargs)
 
+        if self.faser_profile == "pending":
+            self.faser_profile = seed_cost_model(self.faser.cost, self.target_worker, self.faser_window)
         decision = self.faser.decide([req.rid for req in batch.reqs], padded=self.faser_tiers is None)
         self._faser_decision = decision
         if self.faser_tiers is not None:

@@ -1,0 +1,85 @@
+"""Start-up profile of the target's verify cost with real forward passes (the cost model's prior).
+
+The goodput policy needs ``verify_ms(requests, rows)`` before the first real step, and it must be this machine's
+cost, not a guess. Before the scheduler serves anything, the FASER worker runs real TARGET_VERIFY passes of the
+target model over a grid of batch sizes and rows per request, with dummy inputs: every row writes its K/V into
+slot 0, the KV pool's reserved padding slot, and reads the prefix through request slot 0, so no live state is
+touched (the same trick SGLang's graph runners use when they capture). The samples become the cost model's
+profile prior; online step times refine it from the first real step on (``StepCostModel``).
+
+The draft model's cost is learned online only: a draft step needs the draft's recurrent state (EAGLE hidden
+states), which a dummy batch cannot provide faithfully.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+
+import torch
+
+from sglang_faser.engine import touchpoints
+
+logger = logging.getLogger(__name__)
+
+BATCH_SIZES = (1, 2, 4, 8, 16)
+PREFIX = 32  # context each profiled request attends to
+
+
+def profile_verify(target_worker, window: int, repeats: int = 3, batch_sizes=BATCH_SIZES):
+    """[(requests, rows, ms)] for real target verify passes; rows per request in {1, 2, ..., window + 1}."""
+    runner = target_worker.model_runner
+    device = runner.device
+    widths = sorted({1, 2, max(1, (window + 1) // 2), window + 1})
+    samples = []
+    with torch.no_grad():
+        for bs in batch_sizes:
+            for width in widths:
+                batch = _dummy_verify_batch(runner, bs, width, window, device)
+                times = []
+                for _ in range(repeats + 1):  # the first run warms caches and is dropped
+                    start = time.perf_counter()
+                    runner.forward(batch)
+                    times.append((time.perf_counter() - start) * 1e3)
+                    batch = _dummy_verify_batch(runner, bs, width, window, device)
+                samples.append((bs, bs * width, statistics.median(times[1:])))
+    return samples
+
+
+def _dummy_verify_batch(runner, bs: int, width: int, window: int, device):
+    rows = bs * width
+    seq_lens = torch.full((bs,), PREFIX, dtype=torch.int64, device=device)
+    spec_info = touchpoints.eagle_verify_input(
+        topk=1, draft_token_num=width, spec_steps=window, capture_hidden_mode=touchpoints.capture_full()
+    )
+    return touchpoints.forward_batch(
+        forward_mode=touchpoints.target_verify_mode(),
+        batch_size=bs,
+        input_ids=torch.zeros(rows, dtype=torch.int64, device=device),
+        req_pool_indices=torch.zeros(bs, dtype=torch.int64, device=device),
+        seq_lens=seq_lens,
+        seq_lens_cpu=seq_lens.cpu(),
+        out_cache_loc=torch.zeros(rows, dtype=torch.int64, device=device),
+        seq_lens_sum=bs * PREFIX,
+        positions=(PREFIX + torch.arange(width, device=device)).repeat(bs),
+        spec_algorithm=runner.spec_algorithm,
+        spec_info=spec_info,
+        capture_hidden_mode=touchpoints.capture_full(),
+        return_logprob=False,
+    )
+
+
+def seed_cost_model(cost, target_worker, window: int) -> str:
+    """Profile and feed the prior into ``cost``; returns a one-line summary for the log and telemetry."""
+    try:
+        samples = profile_verify(target_worker, window)
+    except Exception as exc:  # an unusual backend: keep the default prior, say so
+        logger.warning("FASER: start-up verify profile failed (%s); the cost model starts from its default", exc)
+        return f"failed: {exc}"
+    for bs, rows, ms in samples:
+        cost.add_profile_sample("verify", bs, rows, ms)
+    cost.refit()
+    summary = f"{len(samples)} verify passes, coef={[round(float(c), 4) for c in cost.verify_coef]}"
+    logger.info("FASER start-up profile: %s", summary)
+    return summary
