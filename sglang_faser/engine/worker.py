@@ -13,9 +13,15 @@ step's depth d = max k_i. Two mechanisms then make the step do only that much wo
   target at that position: output is exactly the target's. KV slots past the accepted tokens are never committed
   (SGLang advances ``seq_len`` by the accepted count only, map §6).
 
-What is not saved yet: within a tier every request still gets d + 1 verify rows (a ragged layout would give
-k_i + 1). ``verify_path`` reports "tiered"; "padded" when tiers could not be built (the whole window is verified,
-only the cut applies); "stock-tree" for draft trees (topk > 1), which run SGLang's behaviour unchanged.
+* **ragged, frontier-chunked verification** (``engine/frontier_verify.py``): the target computes only the rows
+  each request needs (k_i + 1, grouped into uniform passes when the cost model says a saved pass is worth the
+  padding), frontier by frontier when ``frontier_size`` > 0, and a greedy request rejected in one frontier takes
+  no part in the next (early pruning, counted in ``counters.pruned``).
+
+``verify_path`` reports "tiered" (depth tiers + ragged passes); "padded" when tiers could not be built (the draft
+runs the whole window; the ragged passes still verify only k_i + 1 rows); "stock-tree" for draft trees (topk > 1),
+which run SGLang's behaviour unchanged. What is not saved yet: within a tier the draft runs d steps for every
+request (SGLang drafts the batch as one), and on CPU the frontiers run in turn, not overlapped.
 """
 
 from __future__ import annotations
