@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from sglang_faser.engine import touchpoints
+from sglang_faser.engine.draft_cut import DraftCut, patched
 from sglang_faser.engine.frontier_verify import FrontierVerifier
 from sglang_faser.engine.profiler import seed_cost_model
 from sglang_faser.spec.config import FaserConfig
@@ -77,6 +78,7 @@ class FaserWorkerMixin:
         self.faser = LengthController(self.faser_config, window=self.faser_window)
         self.faser_tiers: DepthTiers | None = None
         self.faser_verify_path = "stock-tree"
+        self.faser_draft_path = "full-depth"  # "cut" once a step drafted only what each request needs
         self._faser_decision: StepDecision | None = None
         self._faser_verify_ms = 0.0
         if self.topk == 1:
@@ -111,7 +113,8 @@ class FaserWorkerMixin:
         if self.faser_tiers is not None:
             self.faser_tiers.next_depth = decision.depth  # applied by activate_step_by_batch
         start = time.perf_counter()
-        result = super().forward_batch_generation(batch, *args, **kwargs)
+        with patched(self.draft_worker, "draft", self._draft_with_cut(decision.lengths)):
+            result = super().forward_batch_generation(batch, *args, **kwargs)
         total_ms = (time.perf_counter() - start) * 1e3
         bs = len(batch.reqs)
         # verify samples are recorded per target pass (FrontierVerifier.on_pass)
@@ -128,6 +131,23 @@ class FaserWorkerMixin:
             )
         return result
 
+    def _draft_with_cut(self, lengths: np.ndarray):
+        """``draft_worker.draft`` for this step: each draft forward runs only for requests that need its token."""
+        draft_worker = self.draft_worker
+        original = draft_worker.draft
+
+        def draft(batch, **kwargs):
+            runner = draft_worker.draft_runner
+            backends = getattr(draft_worker.draft_attn_backend, "attn_backends", None) or []
+            cut = DraftCut(runner.forward, backends, lengths)
+            with patched(runner, "forward", cut.forward):
+                out = original(batch, **kwargs)
+            self.faser_draft_path = cut.path
+            self.faser.record_drafting(cut.rows, cut.skipped)
+            return out
+
+        return draft
+
     def verify(self, batch, pp_proxy_tensors=None, grammar_barrier=None):
         decision = self._faser_decision
         verifier = None
@@ -135,14 +155,11 @@ class FaserWorkerMixin:
             self._cut_chains(batch.spec_info, decision.lengths)
             verifier = self._frontier_verifier(batch, decision)
         start = time.perf_counter()
-        target = self.target_worker
         if verifier is not None:
-            target.forward_batch_generation = verifier.forward  # this call only; see frontier_verify.py
-        try:
+            with patched(self.target_worker, "forward_batch_generation", verifier.forward):  # see frontier_verify
+                result = super().verify(batch, pp_proxy_tensors=pp_proxy_tensors, grammar_barrier=grammar_barrier)
+        else:
             result = super().verify(batch, pp_proxy_tensors=pp_proxy_tensors, grammar_barrier=grammar_barrier)
-        finally:
-            if verifier is not None:
-                del target.forward_batch_generation
         self._faser_verify_ms = (time.perf_counter() - start) * 1e3
         if verifier is not None:
             stats = verifier.stats

@@ -42,6 +42,8 @@ class LengthCounters:
     proposed: int = 0  # draft tokens put up for verification (sum of k_i)
     verified: int = 0  # target rows computed in verification (sum of k_i + 1 ragged, B * (d + 1) one pass)
     pruned: int = 0  # rows skipped because an earlier frontier already rejected (early pruning)
+    drafted: int = 0  # draft-model rows computed (one per request per draft forward)
+    draft_skipped: int = 0  # draft rows not computed because the request's k_i was already reached
     accepted: int = 0  # draft tokens accepted
     committed: int = 0  # tokens committed (accepted + one bonus/correction per request-step)
     length_histogram: list[int] = field(default_factory=list)
@@ -120,6 +122,10 @@ class LengthController:
         """Rows the step's verification computed, and rows early pruning saved."""
         self.counters.verified += verified_rows
         self.counters.pruned += pruned_rows
+
+    def record_drafting(self, rows: int, skipped: int) -> None:
+        self.counters.drafted += rows
+        self.counters.draft_skipped += skipped
 
     def record_phase(self, phase: str, batch: int, size: int, ms: float) -> None:
         self.cost.record(phase, batch, size, ms)
