@@ -37,14 +37,35 @@ def patched(obj, name: str, value):
             delattr(obj, name)
 
 
+class DraftSchedule:
+    """Who is drafted at each forward, and what happens around it; the plain schedule cuts at k_i only.
+
+    ``engine/pipeline.py`` extends it to run finished frontiers' verification between draft forwards and to
+    stop drafting requests that verification already rejected.
+    """
+
+    def __init__(self, lengths: np.ndarray):
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+
+    def members(self, step: int, bs: int) -> np.ndarray:
+        """Forward ``step`` turns draft token step + 1 into step + 2: only requests with k_i >= step + 2 need it."""
+        return np.flatnonzero(self.lengths[:bs] >= step + 2)
+
+    def before(self, step: int, forward_batch) -> None:
+        pass
+
+    def after(self, step: int, forward_batch) -> None:
+        pass
+
+
 class DraftCut:
-    def __init__(self, runner_forward, backends, lengths: np.ndarray):
+    def __init__(self, runner_forward, backends, schedule: DraftSchedule):
         self._forward = runner_forward
         self._backends = backends
-        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self.schedule = schedule
         self.step = 0
         self.rows = 0  # draft rows computed (one per request per forward)
-        self.skipped = 0  # rows not computed because the request's k_i was reached
+        self.skipped = 0  # rows not computed: past the request's k_i, or after a rejection
         self.supported = True  # false once a step's backend has no table we know how to sub-set
 
     @property
@@ -53,8 +74,14 @@ class DraftCut:
 
     def forward(self, forward_batch, *args, **kwargs):
         step, self.step = self.step, self.step + 1
+        self.schedule.before(step, forward_batch)
+        out = self._run(step, forward_batch, *args, **kwargs)
+        self.schedule.after(step, forward_batch)
+        return out
+
+    def _run(self, step, forward_batch, *args, **kwargs):
         bs = forward_batch.batch_size
-        members = np.flatnonzero(self.lengths[:bs] >= step + 2)
+        members = self.schedule.members(step, bs)
         backend = self._backends[step] if step < len(self._backends) else None
         saved = getattr(backend, "draft_decode_metadata", None)
         self.supported = self.supported and saved is not None

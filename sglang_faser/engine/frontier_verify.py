@@ -2,10 +2,13 @@
 
 SGLang's ``run_eagle_verify`` makes one call ``target_worker.forward_batch_generation(forward_batch=..., is_verify=
 True)`` over B x (d + 1) rows and then samples, accepts and commits from the returned logits. For the duration
-of that call the FASER worker swaps in :meth:`FrontierVerifier.forward`, which computes the same logits as the
+of that call the FASER worker swaps in :meth:`FrontierVerifier.forward`, which produces the same logits as the
 planner's passes (``sglang_faser/spec/frontier.py``): frontier by frontier, each pass a uniform TARGET_VERIFY over
-a subset of requests and a window of rows. Everything downstream (sampling, acceptance, KV commit, draft-extend)
-is SGLang's own and sees a logits tensor of the usual shape.
+a subset of requests and a window of rows. Frontiers whose draft tokens were finished early may already have
+been verified during drafting (``engine/pipeline.py`` calls :meth:`run_frontier` between draft forwards, on a
+verify batch it built itself); ``forward`` checks that those rows match SGLang's own batch token for token, then
+verifies the remaining frontiers. Everything downstream (sampling, acceptance, KV commit, draft-extend) is SGLang's
+own and sees a logits tensor of the usual shape.
 
 Why this is exact:
 
@@ -18,15 +21,14 @@ Why this is exact:
   argmax check (greedy, no grammar, penalties, logit bias or watermark): ``prunable``. Other requests are verified
   up to k_i. Uncomputed rows are filled with zeros; their KV slots lie past the committed length and are rewritten
   before they are ever read.
-
-On CPU the passes simply run in turn; the draft for the whole step has already run (SGLang drafts all d steps in
-one call), so the pipeline's overlap of verify f with draft f + 1 is modelled by the planner's schedule and
-reported by the telemetry as zero overlap here.
+* if an early row ever disagreed with SGLang's batch (a bug, or an SGLang change), every frontier is recomputed
+  from SGLang's batch, which rewrites the same KV slots: the output stays exact and the mismatch is logged.
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 import time
 
 import numpy as np
@@ -41,81 +43,140 @@ from sglang_faser.spec.frontier import (
     plan_frontier,
 )
 
+logger = logging.getLogger(__name__)
+
 
 class FrontierVerifier:
     """One step's verification as passes; ``forward`` has the signature of ``TpModelWorker.forward_batch_generation``."""
 
-    def __init__(self, target_forward, lengths: np.ndarray, prunable: np.ndarray, frontier_size: int,
+    def __init__(self, target_forward, lengths: np.ndarray, prunable: np.ndarray, frontier_size: int, rows: int,
                  pass_ms: PassCost | None = None, on_pass=None):
         self._target_forward = target_forward
-        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self.lengths = np.minimum(np.asarray(lengths, dtype=np.int64), rows - 1)
         self.prunable = np.asarray(prunable, dtype=bool)
-        self.frontier_size = frontier_size
+        self.n = rows  # verify rows per request in SGLang's layout: depth + 1
+        self.bounds = frontier_bounds(rows - 1, frontier_size)
         self.pass_ms = pass_ms
         self.on_pass = on_pass  # on_pass(VerifyPass, start_s, end_s) for phase timing and the cost model
-        self.stats = FrontierStepStats()
+        bs = len(self.lengths)
+        self.live = np.arange(bs)
+        self.live_after: list[np.ndarray] = []  # the live set after each verified frontier
+        self.predictions = np.full((bs, rows), -1, dtype=np.int64)
+        self.computed = np.zeros((bs, rows), dtype=bool)
+        self._early_batch = None
+        self._logits = self._hidden = self._last = None
+        self.stats = FrontierStepStats(planned_rows=int((self.lengths + 1).sum()))
+        self.mismatches = 0
+        self.pass_seconds = 0.0  # wall time of all target passes so far
 
+    @property
+    def frontiers_done(self) -> int:
+        return len(self.live_after)
+
+    def frontier_end(self, f: int) -> int:
+        return self.bounds[f][1]
+
+    # -- one frontier ----------------------------------------------------------------------------------------
+    def run_frontier(self, fb, pp_proxy_tensors=None, known_rows: int | None = None) -> None:
+        """Verify the next frontier for the live requests on ``fb`` (a full B x n verify batch).
+
+        ``known_rows``: during drafting only rows [0, known_rows) hold real tokens (the rest are placeholders),
+        so a rejection can only be judged for drafts in them; None means the whole batch is real (SGLang's).
+        """
+        f = self.frontiers_done
+        start, end = self.bounds[f]
+        known = self.n if known_rows is None else known_rows
+        if known_rows is not None:
+            self._early_batch = fb
+        if len(self.live):
+            self.stats.frontiers += 1
+        for vpass in plan_frontier(f, (start, end), self.live, self.lengths, self.pass_ms):
+            began = time.perf_counter()
+            self._last = self._target_forward(
+                batch=None, forward_batch=_sub_batch(fb, vpass, self.n), pp_proxy_tensors=pp_proxy_tensors,
+                is_verify=True,
+            )
+            self._store(vpass, self._last.logits_output, fb.input_ids.device)
+            ended = time.perf_counter()
+            self.pass_seconds += ended - began
+            if self.on_pass is not None:
+                self.on_pass(vpass, began, ended)
+        if end < self.n:
+            self.live = self._survivors(end, known, fb.input_ids.view(-1, self.n).cpu().numpy())
+        else:
+            self.live = self.live[:0]
+        self.live_after.append(self.live)
+
+    def _store(self, vpass: VerifyPass, out, device) -> None:
+        bs, n = len(self.lengths), self.n
+        rows = _row_index(vpass, n, device)
+        if self._logits is None:
+            self._logits = out.next_token_logits.new_zeros((bs * n, out.next_token_logits.shape[-1]))
+            if out.hidden_states is not None:
+                self._hidden = out.hidden_states.new_zeros((bs * n, out.hidden_states.shape[-1]))
+        self._logits[rows] = out.next_token_logits
+        if self._hidden is not None:
+            self._hidden[rows] = out.hidden_states
+        grid = out.next_token_logits.argmax(dim=-1).view(len(vpass.members), vpass.width).cpu().numpy()
+        cols = slice(vpass.offset, vpass.offset + vpass.width)
+        self.predictions[vpass.members, cols] = grid
+        self.computed[vpass.members, cols] = True
+        self.stats.passes += 1
+        self.stats.verified_rows += vpass.rows
+
+    def _survivors(self, end: int, known: int, tokens: np.ndarray) -> np.ndarray:
+        """Requests that go on into the next frontier: rows left, and (if prunable) no rejection so far."""
+        live, lengths = self.live, self.lengths
+        more = lengths[live] + 1 > end
+        rows = np.arange(self.n - 1)
+        valid = (rows[None, :] + 1 <= lengths[live][:, None]) & (rows[None, :] < end) & (rows[None, :] + 1 < known)
+        rejected = first_rejection(self.predictions[live][:, :-1], tokens[live][:, 1:], valid) >= 0
+        pruned = more & rejected & self.prunable[live]
+        self.stats.pruned_rows += int((lengths[live][pruned] + 1 - end).sum())
+        return live[more & ~pruned]
+
+    # -- SGLang's verify call ----------------------------------------------------------------------------------
     def forward(self, batch=None, forward_batch=None, pp_proxy_tensors=None, is_verify=False, **kwargs):
         assert batch is None and is_verify, "FrontierVerifier only replaces the verify call"
         fb = forward_batch
-        bs = fb.batch_size
-        n = fb.spec_info.draft_token_num
-        tokens = fb.input_ids.view(bs, n).cpu().numpy()
-        lengths = np.minimum(self.lengths[:bs], n - 1)
-        stats = self.stats
-        stats.planned_rows = int((lengths + 1).sum())
-        logits = hidden = last = None
-        predictions = np.full((bs, n), -1, dtype=np.int64)
-        live = np.arange(bs)
-        bounds = frontier_bounds(n - 1, self.frontier_size)
-        for f, (start, end) in enumerate(bounds):
-            if len(live) == 0:
-                break
-            stats.frontiers += 1
-            for vpass in plan_frontier(f, (start, end), live, lengths, self.pass_ms):
-                began = time.perf_counter()
-                last = self._target_forward(
-                    batch=None, forward_batch=_sub_batch(fb, vpass, n), pp_proxy_tensors=pp_proxy_tensors,
-                    is_verify=True,
-                )
-                out = last.logits_output
-                rows = _row_index(vpass, n, fb.input_ids.device)
-                if logits is None:
-                    logits = out.next_token_logits.new_zeros((bs * n, out.next_token_logits.shape[-1]))
-                    if out.hidden_states is not None:
-                        hidden = out.hidden_states.new_zeros((bs * n, out.hidden_states.shape[-1]))
-                logits[rows] = out.next_token_logits
-                if hidden is not None:
-                    hidden[rows] = out.hidden_states
-                grid = out.next_token_logits.argmax(dim=-1).view(len(vpass.members), vpass.width)
-                predictions[vpass.members, vpass.offset : vpass.offset + vpass.width] = grid.cpu().numpy()
-                stats.passes += 1
-                stats.verified_rows += vpass.rows
-                if self.on_pass is not None:
-                    self.on_pass(vpass, began, time.perf_counter())
-            if end < n:
-                live = self._survivors(live, end, lengths, tokens, predictions)
-        if last is None:  # empty batch: nothing to split
+        if fb.batch_size != len(self.lengths) or fb.spec_info.draft_token_num != self.n:
+            logger.error("FASER: verify batch shape differs from the plan; running SGLang's single pass")
             return self._target_forward(batch=None, forward_batch=fb, pp_proxy_tensors=pp_proxy_tensors,
                                         is_verify=True)
-        merged = copy.copy(last.logits_output)
-        merged.next_token_logits = logits
-        merged.hidden_states = hidden
-        result = copy.copy(last)
+        if self.frontiers_done and not self._early_rows_match(fb):
+            self.mismatches += 1
+            self._restart()
+        while self.frontiers_done < len(self.bounds):
+            self.run_frontier(fb, pp_proxy_tensors)
+        if self._last is None:  # nothing to verify (cannot happen with B > 0: every request has its root row)
+            return self._target_forward(batch=None, forward_batch=fb, pp_proxy_tensors=pp_proxy_tensors,
+                                        is_verify=True)
+        merged = copy.copy(self._last.logits_output)
+        merged.next_token_logits = self._logits
+        merged.hidden_states = self._hidden
+        result = copy.copy(self._last)
         result.logits_output = merged
         result.can_run_cuda_graph = False
         return result
 
-    def _survivors(self, live, end, lengths, tokens, predictions) -> np.ndarray:
-        """Requests that go on into the next frontier: rows left, and (if prunable) no rejection so far."""
-        more = lengths[live] + 1 > end
-        rows = np.arange(tokens.shape[1] - 1)
-        valid = (rows[None, :] + 1 <= lengths[live][:, None]) & (rows[None, :] < end)
-        nxt = tokens[live][:, 1:]
-        rejected = first_rejection(predictions[live][:, :-1], nxt, valid) >= 0
-        pruned = more & rejected & self.prunable[live]
-        self.stats.pruned_rows += int((lengths[live][pruned] + 1 - end).sum())
-        return live[more & ~pruned]
+    def _early_rows_match(self, fb) -> bool:
+        early = self._early_batch
+        mask = torch.as_tensor(self.computed.reshape(-1), device=fb.input_ids.device)
+        same = all(
+            torch.equal(getattr(early, name)[mask].long(), getattr(fb, name)[mask].long())
+            for name in ("input_ids", "positions", "out_cache_loc")
+        ) and torch.equal(early.req_pool_indices.long(), fb.req_pool_indices.long())
+        if not same:
+            logger.error("FASER: rows verified during drafting differ from SGLang's verify batch; recomputing")
+        return same
+
+    def _restart(self) -> None:
+        bs = len(self.lengths)
+        self.live, self.live_after = np.arange(bs), []
+        self.predictions[:] = -1
+        self.computed[:] = False
+        self._logits = self._hidden = self._last = None
+        self.stats = FrontierStepStats(planned_rows=self.stats.planned_rows)
 
 
 def _row_index(vpass: VerifyPass, n: int, device) -> torch.Tensor:

@@ -20,6 +20,9 @@ re-check each entry here, then re-scan the wheel for new ``from sgl_kernel impor
 | ``EagleVerifyInput.retrieve_next_token`` (eagle_info.py:17) | cut a request's draft chain after k_i drafts |
 | ``GenerationBatchResult.cap_lens`` (managers/utils.py:105) | per-request lengths into SGLang's metrics and ``meta_info`` |
 | ``TpModelWorker.forward_batch_generation(forward_batch=..., is_verify=True)`` (tp_worker.py:622), called once by ``run_eagle_verify`` (eagle_worker_common.py:654) | replaced for that one call by FASER's frontier passes (``engine/frontier_verify.py``); each pass is a TARGET_VERIFY ``ForwardBatch`` copy with a subset of requests and ``seq_lens`` advanced by the rows before it; needs the intel_amx/chain semantics of ``_build_extend_metadata`` (intel_amx_backend.py:70): uniform ``draft_token_num`` rows, causal when ``tree_topk == 1`` |
+| ``EagleDraftWorker.draft`` / ``draft_runner.forward`` / ``draft_attn_backend.attn_backends[i].draft_decode_metadata`` (eagle_worker_v2.py:660, :841; intel_amx_backend.py:483) | per-forward draft sub-batches (``engine/draft_cut.py``) and frontier verification between draft forwards (``engine/pipeline.py``) |
+| ``forward_context`` / ``ForwardContext`` (model_executor/forward_context.py:86) | a target pass inside the draft loop must name the target's attention backend |
+| ``EagleDraftInput.bonus_tokens``, ``ScheduleBatch.req_to_token_pool`` / ``seq_lens`` / ``req_pool_indices`` | the verify batch built during drafting: root token, positions ``seq_len + j``, KV slots ``req_to_token[req, seq_len + j]`` (eagle_utils.py:305, :152) |
 | ``ForwardBatch``, ``ForwardMode.TARGET_VERIFY``, ``CaptureHiddenMode.FULL``, ``EagleVerifyInput`` (forward_batch_info.py:493, eagle_info.py:17), ``ModelRunner.forward`` (model_runner.py:1813) | dummy verify passes for the start-up cost profile (``engine/profiler.py``), as SGLang's cpu_graph_runner.py:841 builds them for capture |
 | ``sglang.srt.speculative.eagle_utils``: ``_verify_uses_greedy`` (:485), ``tree_speculative_sampling_target_only``, ``top_k_renorm_prob``, ``top_p_renorm_prob`` | on CPU, verify by speculative sampling instead of SGLang's greedy-only path |
 """
@@ -143,6 +146,20 @@ def capture_full():
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
 
     return CaptureHiddenMode.FULL
+
+
+def capture_null():
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+
+    return CaptureHiddenMode.NULL
+
+
+def target_forward_context(runner, forward_batch):
+    """The target's own attention backend for a target pass run inside the draft loop's forward context
+    (``ModelRunner._forward_raw`` reuses an enclosing context, model_runner.py:1973)."""
+    from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
+
+    return forward_context(ForwardContext(attn_backend=runner.attn_backend), forward_batch=forward_batch)
 
 
 def forward_batch(**fields):

@@ -33,8 +33,9 @@ import numpy as np
 import torch
 
 from sglang_faser.engine import touchpoints
-from sglang_faser.engine.draft_cut import DraftCut, patched
+from sglang_faser.engine.draft_cut import DraftCut, DraftSchedule, patched
 from sglang_faser.engine.frontier_verify import FrontierVerifier
+from sglang_faser.engine.pipeline import FrontierPipeline
 from sglang_faser.engine.profiler import seed_cost_model
 from sglang_faser.spec.config import FaserConfig
 from sglang_faser.spec.controller import LengthController, StepDecision
@@ -80,6 +81,7 @@ class FaserWorkerMixin:
         self.faser_verify_path = "stock-tree"
         self.faser_draft_path = "full-depth"  # "cut" once a step drafted only what each request needs
         self._faser_decision: StepDecision | None = None
+        self._faser_verifier: FrontierVerifier | None = None
         self._faser_verify_ms = 0.0
         if self.topk == 1:
             self.faser_verify_path = "padded"
@@ -112,15 +114,19 @@ class FaserWorkerMixin:
         self._faser_decision = decision
         if self.faser_tiers is not None:
             self.faser_tiers.next_depth = decision.depth  # applied by activate_step_by_batch
+        self._faser_verifier = self._frontier_verifier(batch, decision)
+        self._faser_verify_ms = 0.0
         start = time.perf_counter()
-        with patched(self.draft_worker, "draft", self._draft_with_cut(decision.lengths)):
-            result = super().forward_batch_generation(batch, *args, **kwargs)
+        try:
+            with patched(self.draft_worker, "draft", self._draft_with_schedule(batch, decision)):
+                result = super().forward_batch_generation(batch, *args, **kwargs)
+        finally:
+            self._faser_verifier = self._faser_decision = None
         total_ms = (time.perf_counter() - start) * 1e3
         bs = len(batch.reqs)
-        # verify samples are recorded per target pass (FrontierVerifier.on_pass)
+        # verify samples are recorded per target pass (FrontierVerifier.on_pass); the rest of the step is drafting
         self.faser.record_phase(DRAFT, bs, decision.depth, max(total_ms - self._faser_verify_ms, 0.0))
         result.cap_lens = torch.as_tensor(decision.lengths, dtype=torch.int32)
-        self._faser_decision = None
         if self.faser.counters.steps % 1000 == 0:
             cost = self.faser.cost
             logger.info(
@@ -131,15 +137,22 @@ class FaserWorkerMixin:
             )
         return result
 
-    def _draft_with_cut(self, lengths: np.ndarray):
-        """``draft_worker.draft`` for this step: each draft forward runs only for requests that need its token."""
+    def _draft_with_schedule(self, batch, decision: StepDecision):
+        """``draft_worker.draft`` for this step: each draft forward runs only for requests that need its token,
+        and with frontiers, finished frontiers are verified between draft forwards (engine/pipeline.py)."""
         draft_worker = self.draft_worker
         original = draft_worker.draft
+        verifier = self._faser_verifier
+        if verifier is not None and len(verifier.bounds) > 1:
+            schedule = FrontierPipeline(verifier, decision.lengths, self.faser.config.overlap, batch,
+                                        self.target_worker.model_runner)
+        else:
+            schedule = DraftSchedule(decision.lengths)
 
         def draft(batch, **kwargs):
             runner = draft_worker.draft_runner
             backends = getattr(draft_worker.draft_attn_backend, "attn_backends", None) or []
-            cut = DraftCut(runner.forward, backends, lengths)
+            cut = DraftCut(runner.forward, backends, schedule)
             with patched(runner, "forward", cut.forward):
                 out = original(batch, **kwargs)
             self.faser_draft_path = cut.path
@@ -149,21 +162,23 @@ class FaserWorkerMixin:
         return draft
 
     def verify(self, batch, pp_proxy_tensors=None, grammar_barrier=None):
-        decision = self._faser_decision
-        verifier = None
+        decision, verifier = self._faser_decision, self._faser_verifier
         if decision is not None:
             self._cut_chains(batch.spec_info, decision.lengths)
-            verifier = self._frontier_verifier(batch, decision)
+        early_ms = verifier.pass_seconds * 1e3 if verifier is not None else 0.0
         start = time.perf_counter()
         if verifier is not None:
             with patched(self.target_worker, "forward_batch_generation", verifier.forward):  # see frontier_verify
                 result = super().verify(batch, pp_proxy_tensors=pp_proxy_tensors, grammar_barrier=grammar_barrier)
         else:
             result = super().verify(batch, pp_proxy_tensors=pp_proxy_tensors, grammar_barrier=grammar_barrier)
-        self._faser_verify_ms = (time.perf_counter() - start) * 1e3
+        self._faser_verify_ms = (time.perf_counter() - start) * 1e3 + early_ms  # + passes run during drafting
         if verifier is not None:
             stats = verifier.stats
             self.faser.record_verification(stats.verified_rows, stats.pruned_rows)
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug("FASER step: lengths=%s early_frontiers=%d %s mismatches=%d", decision.lengths.tolist(),
+                             len(verifier.live_after) if early_ms else 0, stats, verifier.mismatches)
         elif decision is not None:
             self.faser.record_verification(len(decision.lengths) * (decision.depth + 1), 0)
         return result
@@ -182,6 +197,7 @@ class FaserWorkerMixin:
             decision.lengths,
             _prunable(batch),
             self.faser.config.frontier_size,
+            rows=(decision.depth if self.faser_tiers is not None else self.faser_window) + 1,
             pass_ms=lambda requests, rows: float(cost.verify_ms(requests, rows)),
             on_pass=on_pass,
         )
