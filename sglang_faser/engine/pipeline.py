@@ -41,9 +41,9 @@ class FrontierPipeline(DraftSchedule):
         members = super().members(step, bs)
         chunk = self._frontier_of(step + 2)
         verdict = chunk - (2 if self.overlap else 1)  # the latest verification this draft chunk may use
-        done = self.verifier.live_after
-        if 0 <= verdict < len(done):
-            members = np.intersect1d(members, done[verdict])
+        done = self.verifier.live_after  # live sets only shrink: the latest verdict up to ``verdict`` holds
+        if verdict >= 0 and done:
+            members = np.intersect1d(members, done[min(verdict, len(done) - 1)])
         return members
 
     def before(self, step: int, forward_batch) -> None:
