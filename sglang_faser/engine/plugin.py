@@ -29,6 +29,9 @@ def register() -> None:
     from sglang_faser.engine import touchpoints
 
     touchpoints.hook_worker_creation(_choose_worker)
+    from sglang_faser.engine import control_bridge
+
+    touchpoints.hook_internal_state(control_bridge.around_update_handlers, control_bridge.around_add_speculative)
 
 
 def _choose_worker(original_create_worker, algorithm, server_args):

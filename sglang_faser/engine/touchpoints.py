@@ -24,6 +24,8 @@ re-check each entry here, then re-scan the wheel for new ``from sgl_kernel impor
 | ``forward_context`` / ``ForwardContext`` (model_executor/forward_context.py:86) | a target pass inside the draft loop must name the target's attention backend |
 | ``EagleDraftInput.bonus_tokens``, ``ScheduleBatch.req_to_token_pool`` / ``seq_lens`` / ``req_pool_indices`` | the verify batch built during drafting: root token, positions ``seq_len + j``, KV slots ``req_to_token[req, seq_len + j]`` (eagle_utils.py:305, :152) |
 | ``ForwardBatch``, ``ForwardMode.TARGET_VERIFY``, ``CaptureHiddenMode.FULL``, ``EagleVerifyInput`` (forward_batch_info.py:493, eagle_info.py:17), ``ModelRunner.forward`` (model_runner.py:1813) | dummy verify passes for the start-up cost profile (``engine/profiler.py``), as SGLang's cpu_graph_runner.py:841 builds them for capture |
+| ``SchedulerInternalStateController._update_handlers`` / ``_add_speculative`` / ``_UpdateHandler`` / ``UpdateRejected`` (internal_state.py:146-170, :119, :290) | policy changes via ``/set_internal_state`` (numeric ``faser_*`` keys, ``SetInternalStateReq`` io_struct.py:2348) and FASER's telemetry in ``/server_info`` ``internal_states[i]["faser"]`` |
+| ``Scheduler.draft_worker`` | the FASER worker the control bridge talks to |
 | ``sglang.srt.speculative.eagle_utils``: ``_verify_uses_greedy`` (:485), ``tree_speculative_sampling_target_only``, ``top_k_renorm_prob``, ``top_p_renorm_prob`` | on CPU, verify by speculative sampling instead of SGLang's greedy-only path |
 """
 
@@ -178,3 +180,27 @@ def eagle_verify_input(*, topk: int, draft_token_num: int, spec_steps: int, capt
         draft_token_num=draft_token_num, capture_hidden_mode=capture_hidden_mode, seq_lens_sum=None,
         seq_lens_cpu=None,
     )
+
+
+# -- the control plane's path into every scheduler rank (engine/control_bridge.py) ---------------------------
+INTERNAL_STATE = "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController"
+
+
+def hook_internal_state(update_handlers_hook, add_speculative_hook) -> None:
+    """AROUND ``_update_handlers`` (accept ``faser_*`` keys) and ``_add_speculative`` (report FASER's state)."""
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register(f"{INTERNAL_STATE}._update_handlers", update_handlers_hook, HookType.AROUND)
+    HookRegistry.register(f"{INTERNAL_STATE}._add_speculative", add_speculative_hook, HookType.AROUND)
+
+
+def update_handler(validate, apply):
+    from sglang.srt.managers.scheduler_components.internal_state import _UpdateHandler
+
+    return _UpdateHandler(validate, apply)
+
+
+def update_rejected(message: str) -> Exception:
+    from sglang.srt.managers.scheduler_components.internal_state import UpdateRejected
+
+    return UpdateRejected(message)

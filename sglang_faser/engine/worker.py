@@ -26,6 +26,8 @@ request (SGLang drafts the batch as one), and on CPU the frontiers run in turn, 
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import time
 
@@ -35,11 +37,13 @@ import torch
 from sglang_faser.engine import touchpoints
 from sglang_faser.engine.draft_cut import DraftCut, DraftSchedule, patched
 from sglang_faser.engine.frontier_verify import FrontierVerifier
+from sglang_faser.engine.metrics import FaserMetrics
 from sglang_faser.engine.pipeline import FrontierPipeline
 from sglang_faser.engine.profiler import seed_cost_model
 from sglang_faser.spec.config import FaserConfig
 from sglang_faser.spec.controller import LengthController, StepDecision
 from sglang_faser.spec.cost_model import DRAFT, VERIFY
+from sglang_faser.spec.telemetry import TelemetryRecorder, subtract
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +97,11 @@ class FaserWorkerMixin:
                 self.adaptive_controller = touchpoints.adaptive_controller(self, self.faser_tiers)
                 self.faser_verify_path = "tiered"
         self.faser_profile = "pending"  # run before the first decode step (the runner is complete by then)
+        self.faser_policy_version = 0
+        self.faser_telemetry = TelemetryRecorder()
+        self.faser_metrics = FaserMetrics.create({"worker": "faser"})
+        self._faser_metrics_at = 0.0
+        self._faser_phases: list[tuple[str, float, float]] = []
         logger.info(
             "FASER worker on %s: window=%d topk=%d path=%s config=%s",
             type(self).__mro__[2].__name__,
@@ -105,8 +114,13 @@ class FaserWorkerMixin:
     # -- one decode step ---------------------------------------------------------------------------------
     def forward_batch_generation(self, batch, *args, **kwargs):
         decode = not (batch.forward_mode.is_extend() or batch.is_extend_in_batch)
-        if self.faser_verify_path == "stock-tree" or not decode or batch.forward_mode.is_idle() or not batch.reqs:
+        if self.faser_verify_path == "stock-tree" or batch.forward_mode.is_idle() or not batch.reqs:
             return super().forward_batch_generation(batch, *args, **kwargs)
+        if not decode:
+            began = time.perf_counter()
+            result = super().forward_batch_generation(batch, *args, **kwargs)
+            self._faser_end_step([("prefill", began, time.perf_counter())], batch_size=0)
+            return result
 
         if self.faser_profile == "pending":
             self.faser_profile = seed_cost_model(self.faser.cost, self.target_worker, self.faser_window)
@@ -116,9 +130,13 @@ class FaserWorkerMixin:
             self.faser_tiers.next_depth = decision.depth  # applied by activate_step_by_batch
         self._faser_verifier = self._frontier_verifier(batch, decision)
         self._faser_verify_ms = 0.0
+        self._faser_phases = []
         start = time.perf_counter()
         try:
-            with patched(self.draft_worker, "draft", self._draft_with_schedule(batch, decision)):
+            with patched(self.draft_worker, "draft", self._draft_with_schedule(batch, decision)), patched(
+                self.draft_worker, "_draft_extend_for_decode", self._timed("draft_extend",
+                                                                           self.draft_worker._draft_extend_for_decode)
+            ):
                 result = super().forward_batch_generation(batch, *args, **kwargs)
         finally:
             self._faser_verifier = self._faser_decision = None
@@ -127,6 +145,7 @@ class FaserWorkerMixin:
         # verify samples are recorded per target pass (FrontierVerifier.on_pass); the rest of the step is drafting
         self.faser.record_phase(DRAFT, bs, decision.depth, max(total_ms - self._faser_verify_ms, 0.0))
         result.cap_lens = torch.as_tensor(decision.lengths, dtype=torch.int32)
+        self._faser_end_step(self._faser_phases, batch_size=bs)
         if self.faser.counters.steps % 1000 == 0:
             cost = self.faser.cost
             logger.info(
@@ -153,8 +172,11 @@ class FaserWorkerMixin:
             runner = draft_worker.draft_runner
             backends = getattr(draft_worker.draft_attn_backend, "attn_backends", None) or []
             cut = DraftCut(runner.forward, backends, schedule)
+            began = time.perf_counter()
             with patched(runner, "forward", cut.forward):
                 out = original(batch, **kwargs)
+            passes = [(a, b) for phase, a, b in self._faser_phases if phase == "verify"]
+            self._faser_phases += [("draft", a, b) for a, b in subtract(began, time.perf_counter(), passes)]
             self.faser_draft_path = cut.path
             self.faser.record_drafting(cut.rows, cut.skipped)
             return out
@@ -172,7 +194,9 @@ class FaserWorkerMixin:
                 result = super().verify(batch, pp_proxy_tensors=pp_proxy_tensors, grammar_barrier=grammar_barrier)
         else:
             result = super().verify(batch, pp_proxy_tensors=pp_proxy_tensors, grammar_barrier=grammar_barrier)
-        self._faser_verify_ms = (time.perf_counter() - start) * 1e3 + early_ms  # + passes run during drafting
+        ended = time.perf_counter()
+        self._faser_phases.append(("verify", start, ended))
+        self._faser_verify_ms = (ended - start) * 1e3 + early_ms  # + passes run during drafting
         if verifier is not None:
             stats = verifier.stats
             self.faser.record_verification(stats.verified_rows, stats.pruned_rows)
@@ -191,6 +215,7 @@ class FaserWorkerMixin:
 
         def on_pass(vpass, began: float, ended: float) -> None:
             self.faser.record_phase(VERIFY, len(vpass.members), vpass.rows, (ended - began) * 1e3)
+            self._faser_phases.append(("verify", began, ended))
 
         return FrontierVerifier(
             self.target_worker.forward_batch_generation,
@@ -201,6 +226,46 @@ class FaserWorkerMixin:
             pass_ms=lambda requests, rows: float(cost.verify_ms(requests, rows)),
             on_pass=on_pass,
         )
+
+    def _timed(self, phase: str, fn):
+        def run(*args, **kwargs):
+            began = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._faser_phases.append((phase, began, time.perf_counter()))
+
+        return run
+
+    def _faser_end_step(self, phases, batch_size: int) -> None:
+        self.faser_telemetry.record_step(phases, self.faser.counters, batch_size)
+        now = time.monotonic()
+        if self.faser_metrics is not None and now - self._faser_metrics_at >= 1.0:
+            self._faser_metrics_at = now
+            window = self.faser_telemetry.snapshot()["window"]
+            self.faser_metrics.update(self.faser.counters, window, self.faser_policy_version)
+
+    # -- the control plane (engine/control_bridge.py) -------------------------------------------------------
+    def faser_apply_policy(self, config: FaserConfig, version: int) -> None:
+        """A new policy, taken between two scheduler steps; requests in flight get new lengths next step."""
+        old = self.faser_config
+        self.faser_config = config
+        self.faser.apply_config(config)
+        self.faser_policy_version = version
+        logger.info("FASER policy v%d: %s (was %s)", version, config.to_json(), old.to_json())
+
+    def faser_report(self) -> dict:
+        """What /server_info carries for the control service: policy, paths, counters, telemetry."""
+        return {
+            "policy": json.loads(self.faser_config.to_json()),
+            "version": self.faser_policy_version,
+            "window": self.faser_window,
+            "verify_path": self.faser_verify_path,
+            "draft_path": self.faser_draft_path,
+            "profile": self.faser_profile,
+            "counters": dataclasses.asdict(self.faser.counters),
+            "telemetry": self.faser_telemetry.snapshot(),
+        }
 
     @staticmethod
     def _cut_chains(spec_info, lengths: np.ndarray) -> None:

@@ -16,6 +16,7 @@ from enum import Enum
 
 ENV_VAR = "SGLANG_FASER_CONFIG"
 MAX_SPEC_LEN = 32  # far above any useful draft length; bounds what a typo or a hostile client can ask for
+MAX_EXPLORE_EVERY = 1_000_000
 
 
 class Mode(str, Enum):
@@ -44,6 +45,10 @@ class FaserConfig:
     fixed_len: int | None = None  # None: max_len
     frontier_size: int = 0  # draft positions per verify chunk; 0 = the whole step in one chunk
     overlap: bool = True
+    # tuning knobs of the goodput policy
+    request_rate: float = 0.3  # EMA step of a request's own acceptance estimate per observation
+    relax_rate: float = 0.02  # pull of unobserved positions towards the server-wide estimate
+    explore_every: int = 16  # every n-th step runs at a random depth to keep the cost model honest; 0 = never
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", _parse_mode(self.mode))
@@ -59,6 +64,9 @@ class FaserConfig:
         _check_int("frontier_size", self.frontier_size, 0, MAX_SPEC_LEN)
         if not isinstance(self.overlap, bool):
             raise ConfigError("overlap", f"must be true or false, got {self.overlap!r}")
+        _check_float("request_rate", self.request_rate, 0.0, 1.0, low_open=True)
+        _check_float("relax_rate", self.relax_rate, 0.0, 1.0)
+        _check_int("explore_every", self.explore_every, 0, MAX_EXPLORE_EVERY)
 
     def replace(self, **changes) -> FaserConfig:
         """A validated copy with ``changes`` applied (the partial update of SetPolicy)."""
@@ -102,3 +110,11 @@ def _check_int(field: str, value: object, low: int, high: int) -> None:
         raise ConfigError(field, f"must be an integer in [{low}, {high}], got {value!r}")
     if not low <= value <= high:
         raise ConfigError(field, f"must be in [{low}, {high}], got {value}")
+
+
+def _check_float(field: str, value: object, low: float, high: float, low_open: bool = False) -> None:
+    bounds = f"{'(' if low_open else '['}{low}, {high}]"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise ConfigError(field, f"must be a number in {bounds}, got {value!r}")
+    if value < low or value > high or (low_open and value == low):
+        raise ConfigError(field, f"must be in {bounds}, got {value}")

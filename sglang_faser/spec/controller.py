@@ -47,6 +47,18 @@ class LengthCounters:
     accepted: int = 0  # draft tokens accepted
     committed: int = 0  # tokens committed (accepted + one bonus/correction per request-step)
     length_histogram: list[int] = field(default_factory=list)
+    proposed_by_position: list[int] = field(default_factory=list)  # [j]: drafts proposed at position j + 1
+    accepted_by_position: list[int] = field(default_factory=list)  # [j]: of those, accepted
+
+    def add_positions(self, lengths: np.ndarray, accepted: np.ndarray) -> None:
+        depth = int(lengths.max(initial=0))
+        if depth > len(self.proposed_by_position):
+            grow = depth - len(self.proposed_by_position)
+            self.proposed_by_position.extend([0] * grow)
+            self.accepted_by_position.extend([0] * grow)
+        for j in range(depth):
+            self.proposed_by_position[j] += int((lengths > j).sum())
+            self.accepted_by_position[j] += int((accepted > j).sum())
 
     def add_lengths(self, lengths: np.ndarray) -> None:
         counts = np.bincount(lengths)
@@ -62,22 +74,26 @@ class LengthController:
         config: FaserConfig,
         window: int,
         cost: StepCostModel | None = None,
-        explore_every: int = 16,
+        explore_every: int | None = None,
         seed: int = 0,
     ):
         """``window``: the draft positions the server reserves per request (SGLang's speculative_num_steps)."""
         self.window = window
-        self.explore_every = explore_every
         self._rng = np.random.default_rng(seed)
         self.tracker = AcceptanceTracker(max_len=max(window, 1))
         self.cost = cost or StepCostModel()
         self.counters = LengthCounters()
         self._pending: tuple[list[str], np.ndarray] | None = None
+        if explore_every is not None:
+            config = config.replace(explore_every=explore_every)
         self.apply_config(config)
 
     def apply_config(self, config: FaserConfig) -> None:
         """Take a new policy at a step boundary; requests in flight simply get new lengths next step."""
         self.config = config
+        self.explore_every = config.explore_every
+        self.tracker.request_rate = config.request_rate
+        self.tracker.relax_rate = config.relax_rate
         self.max_len = min(self.window, config.max_len if config.max_len is not None else self.window)
         self.min_len = min(config.min_len, self.max_len)
         fixed = config.fixed_len if config.fixed_len is not None else self.max_len
@@ -115,6 +131,7 @@ class LengthController:
         self._pending = None
         accepted = np.minimum(np.asarray(accepted, dtype=np.int64)[: len(rids)], lengths)
         self.tracker.observe(rids, lengths, accepted)
+        self.counters.add_positions(lengths, accepted)
         self.counters.accepted += int(accepted.sum())
         self.counters.committed += int(accepted.sum()) + len(rids)
 

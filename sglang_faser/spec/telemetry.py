@@ -1,0 +1,151 @@
+"""Phase utilisation and token counters over a sliding window and since start (what ``faserctl telemetry`` shows).
+
+Each decode step the worker reports the wall-clock intervals in which its phases ran — ``draft``, ``verify``
+(target passes and SGLang's acceptance), ``draft_extend`` — and its cumulative ``LengthCounters``. From these the
+recorder keeps cumulative totals and, for the window, the difference between now and the oldest snapshot inside it.
+
+Shares are fractions of wall time ``W`` (window length, or time since start):
+
+* ``draft``, ``verify``, ``draft_extend``, ``prefill``: time each phase was busy / W (own intervals merged);
+* ``overlap``: time two or more phases were busy at once / W (0 when phases run in turn, as on CPU);
+* ``idle``: time no phase was busy / W (no batch to run, scheduling, tokenisation, ...).
+
+So ``draft + verify + draft_extend + prefill - overlap + idle = 1`` when at most two phases overlap at any instant
+(true of FASER's pipeline: verify f beside draft f + 1).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+PHASES = ("draft", "verify", "draft_extend", "prefill")
+COUNTERS = ("steps", "requests", "proposed", "verified", "accepted", "pruned", "committed", "drafted",
+            "draft_skipped")
+
+
+def _merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[list[float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(a, b) for a, b in merged]
+
+
+def busy_times(intervals: list[tuple[str, float, float]]) -> tuple[dict[str, float], float]:
+    """Per-phase busy time (own intervals merged) and the busy time of their union."""
+    per_phase = {p: sum(b - a for a, b in _merge([(s, e) for q, s, e in intervals if q == p])) for p in PHASES}
+    union = sum(b - a for a, b in _merge([(s, e) for _, s, e in intervals]))
+    return per_phase, union
+
+
+@dataclass
+class Totals:
+    """Cumulative values at one instant; windows are differences of two of these."""
+
+    at: float = 0.0
+    busy: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    union: float = 0.0
+    counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
+    batch_sum: int = 0  # sum of batch sizes over steps (mean batch = batch_sum / steps)
+    length_histogram: list[int] = field(default_factory=list)
+    proposed_by_position: list[int] = field(default_factory=list)
+    accepted_by_position: list[int] = field(default_factory=list)
+
+    def copy(self) -> Totals:
+        return Totals(self.at, dict(self.busy), self.union, dict(self.counters), self.batch_sum,
+                      list(self.length_histogram), list(self.proposed_by_position), list(self.accepted_by_position))
+
+
+def _minus(a: list[int], b: list[int]) -> list[int]:
+    b = b + [0] * (len(a) - len(b))
+    return [x - y for x, y in zip(a, b)]
+
+
+def summarise(now: Totals, then: Totals) -> dict:
+    """The telemetry of the span (then, now]: shares, tokens, acceptance by position, lengths, rates."""
+    wall = max(now.at - then.at, 1e-9)
+    busy = {p: now.busy[p] - then.busy[p] for p in PHASES}
+    union = now.union - then.union
+    overlap = max(sum(busy.values()) - union, 0.0)
+    shares = {p: busy[p] / wall for p in PHASES}
+    shares["overlap"] = overlap / wall
+    shares["idle"] = max(wall - union, 0.0) / wall
+    counters = {k: now.counters[k] - then.counters.get(k, 0) for k in COUNTERS}
+    proposed = _minus(now.proposed_by_position, then.proposed_by_position)
+    accepted = _minus(now.accepted_by_position, then.accepted_by_position)
+    steps = counters["steps"]
+    return {
+        "seconds": wall,
+        "shares": shares,
+        "tokens": {k: counters[k] for k in ("proposed", "verified", "accepted", "pruned", "committed",
+                                            "drafted", "draft_skipped")},
+        "steps": steps,
+        "mean_batch_size": (now.batch_sum - then.batch_sum) / steps if steps else 0.0,
+        "acceptance_by_position": [a / p if p else None for a, p in zip(accepted, proposed)],
+        "length_histogram": _minus(now.length_histogram, then.length_histogram),
+        "committed_tokens_per_s": counters["committed"] / wall,
+        "acceptance_rate": counters["accepted"] / counters["proposed"] if counters["proposed"] else None,
+    }
+
+
+class TelemetryRecorder:
+    def __init__(self, window_s: float = 10.0, clock=time.monotonic):
+        self.window_s = window_s
+        self._clock = clock
+        self._start = Totals(at=clock())
+        self._now = self._start.copy()
+        self._snapshots: deque[Totals] = deque()
+
+    def record_step(self, intervals: list[tuple[str, float, float]], counters, batch_size: int) -> None:
+        """One decode step: its phase intervals (clock seconds) and the controller's cumulative counters."""
+        per_phase, union = busy_times(intervals)
+        now = self._now
+        for phase, seconds in per_phase.items():
+            now.busy[phase] += seconds
+        now.union += union
+        now.batch_sum += batch_size
+        now.counters = {k: int(getattr(counters, k, 0)) for k in COUNTERS}
+        now.length_histogram = list(counters.length_histogram)
+        now.proposed_by_position = list(counters.proposed_by_position)
+        now.accepted_by_position = list(counters.accepted_by_position)
+        now.at = self._clock()
+        self._snapshots.append(now.copy())
+        self._trim(now.at)
+
+    def _trim(self, at: float) -> None:
+        while len(self._snapshots) > 1 and self._snapshots[1].at <= at - self.window_s:
+            self._snapshots.popleft()
+
+    def snapshot(self) -> dict:
+        """``{"window": ..., "total": ...}``; both end now, so idle time since the last step counts as idle."""
+        at = self._clock()
+        self._trim(at)
+        now = self._now.copy()
+        now.at = at
+        oldest = self._snapshots[0] if self._snapshots else self._start
+        window_start = oldest if at - oldest.at <= self.window_s else _shifted(oldest, at - self.window_s)
+        return {"window": summarise(now, window_start), "total": summarise(now, self._start),
+                "window_s": self.window_s}
+
+
+def _shifted(totals: Totals, at: float) -> Totals:
+    """The oldest snapshot moved to the window's start: nothing happened between them (the step came later)."""
+    moved = totals.copy()
+    moved.at = at
+    return moved
+
+
+def subtract(start: float, end: float, holes: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """[start, end) without the holes: e.g. the draft call's time minus the verify passes run inside it."""
+    segments, cursor = [], start
+    for a, b in _merge([(max(a, start), min(b, end)) for a, b in holes if b > start and a < end]):
+        if a > cursor:
+            segments.append((cursor, a))
+        cursor = max(cursor, b)
+    if cursor < end:
+        segments.append((cursor, end))
+    return segments

@@ -1,0 +1,67 @@
+"""Phase shares and counter windows of the telemetry recorder (pure, with a fake clock)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sglang_faser.spec.controller import LengthCounters
+from sglang_faser.spec.telemetry import TelemetryRecorder, busy_times, subtract
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def _counters(steps, proposed, accepted, committed, lengths):
+    c = LengthCounters(steps=steps, proposed=proposed, accepted=accepted, committed=committed)
+    c.add_lengths(np.array(lengths))
+    c.add_positions(np.array(lengths), np.array([min(1, k) for k in lengths]))
+    return c
+
+
+def test_busy_time_merges_a_phase_and_counts_overlap_once():
+    per_phase, union = busy_times([("draft", 0, 2), ("verify", 1, 3), ("draft", 1.5, 2.5)])
+    assert per_phase["draft"] == pytest.approx(2.5) and per_phase["verify"] == pytest.approx(2.0)
+    assert union == pytest.approx(3.0)  # overlap = 2.5 + 2 - 3 = 1.5
+
+
+def test_subtract_cuts_holes_out_of_an_interval():
+    assert subtract(0, 10, [(2, 3), (2.5, 4), (9, 12)]) == [(0, 2), (4, 9)]
+    assert subtract(0, 1, []) == [(0, 1)]
+
+
+def test_shares_add_up_to_one_with_overlap_and_idle():
+    clock = Clock()
+    recorder = TelemetryRecorder(window_s=100.0, clock=clock)
+    clock.t = 4.0
+    recorder.record_step([("draft", 0, 2), ("verify", 1, 3)], _counters(1, 4, 1, 3, [2, 2]), batch_size=2)
+    snap = recorder.snapshot()["total"]
+    shares = snap["shares"]
+    assert shares["draft"] == pytest.approx(0.5) and shares["verify"] == pytest.approx(0.5)
+    assert shares["overlap"] == pytest.approx(0.25) and shares["idle"] == pytest.approx(0.25)
+    total = sum(shares[p] for p in ("draft", "verify", "draft_extend", "prefill")) - shares["overlap"] + shares["idle"]
+    assert total == pytest.approx(1.0)
+    assert snap["tokens"]["proposed"] == 4 and snap["committed_tokens_per_s"] == pytest.approx(3 / 4)
+    assert snap["length_histogram"] == [0, 0, 2] and snap["acceptance_by_position"] == [1.0, 0.0]
+    assert snap["mean_batch_size"] == 2
+
+
+def test_the_window_forgets_old_steps_and_counts_quiet_time_as_idle():
+    clock = Clock()
+    recorder = TelemetryRecorder(window_s=10.0, clock=clock)
+    clock.t = 1.0
+    recorder.record_step([("verify", 0, 1)], _counters(1, 1, 1, 2, [1]), batch_size=1)
+    clock.t = 50.0
+    recorder.record_step([("verify", 49, 50)], _counters(2, 2, 1, 3, [1, 1]), batch_size=1)
+    clock.t = 55.0
+    window = recorder.snapshot()["window"]
+    assert window["steps"] == 1 and window["tokens"]["committed"] == 1
+    assert window["shares"]["verify"] == pytest.approx(0.1) and window["shares"]["idle"] == pytest.approx(0.9)
+    clock.t = 200.0
+    quiet = recorder.snapshot()["window"]
+    assert quiet["steps"] == 0 and quiet["shares"]["idle"] == pytest.approx(1.0)
