@@ -8,6 +8,9 @@ which goes unchanged to ``sglang.srt.server_args.prepare_server_args``.
 from __future__ import annotations
 
 import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
 
 from sglang_faser.spec.config import MAX_SPEC_LEN, ConfigError, FaserConfig, Mode
 
@@ -68,7 +71,72 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="{on,off}",
         help="overlap frontier verification with drafting (default: on)",
     )
+    control = parser.add_argument_group("FASER control plane (gRPC; faserctl talks to it)")
+    control.add_argument("--faser-control", type=_on_off, default=True, metavar="{on,off}",
+                         help="serve the FASER control service beside the engine (default: on)")
+    control.add_argument("--faser-control-host", default="127.0.0.1",
+                         help="address of the control service (default: 127.0.0.1, loopback only)")
+    control.add_argument("--faser-control-port", type=int, default=50051, help="its port (default: 50051)")
+    control.add_argument("--faser-control-tls-cert", help="PEM certificate: serve the control plane over TLS")
+    control.add_argument("--faser-control-tls-key", help="PEM private key of --faser-control-tls-cert")
+    control.add_argument("--faser-control-token-file",
+                         help="file holding a token every call must send as 'authorization: Bearer <token>'")
+    control.add_argument("--faser-control-insecure", action="store_true",
+                         help="allow a non-loopback address without TLS and a token (not recommended)")
+    control.add_argument("--faser-policy-file",
+                         help="keep the policy in this JSON file; a restart resumes the policy it holds")
     return parser
+
+
+@dataclass(frozen=True)
+class ControlFlags:
+    """The control-plane flags, checked for safety; ``enabled`` false means --faser-control off."""
+
+    enabled: bool
+    host: str
+    port: int
+    tls_cert: str | None
+    tls_key: str | None
+    token_file: str | None
+    insecure: bool
+    policy_file: str | None
+
+
+def parse_launch_args(argv: list[str]) -> tuple[FaserConfig, ControlFlags, list[str]]:
+    """Like :func:`parse_faser_args`, plus the control-plane flags (exit 2 on unsafe or inconsistent ones).
+
+    A ``--faser-policy-file`` that exists decides the starting policy (the --faser-* policy flags are then only
+    its defaults), so that a restarted server resumes what the operator last set.
+    """
+    parser = build_parser()
+    config, rest = parse_faser_args(argv)
+    known, _ = parser.parse_known_args(argv)
+    flags = ControlFlags(known.faser_control, known.faser_control_host, known.faser_control_port,
+                         known.faser_control_tls_cert, known.faser_control_tls_key, known.faser_control_token_file,
+                         known.faser_control_insecure, known.faser_policy_file)
+    if flags.enabled:
+        from control.auth import check_bind
+
+        try:
+            if bool(flags.tls_cert) != bool(flags.tls_key):
+                raise ValueError("--faser-control-tls-cert and --faser-control-tls-key must be given together")
+            if not 0 <= flags.port <= 65535:
+                raise ValueError(f"--faser-control-port must be in [0, 65535], got {flags.port}")
+            for name, path in (("--faser-control-tls-cert", flags.tls_cert), ("--faser-control-tls-key",
+                               flags.tls_key), ("--faser-control-token-file", flags.token_file)):
+                if path and not os.path.isfile(path):
+                    raise ValueError(f"{name}: no such file {path}")
+            check_bind(flags.host, tls=bool(flags.tls_cert), token=bool(flags.token_file), insecure=flags.insecure)
+        except ValueError as exc:
+            parser.error(str(exc))
+    if flags.policy_file and os.path.exists(flags.policy_file):
+        from control.policy_store import load
+
+        try:
+            config, _ = load(Path(flags.policy_file))
+        except ConfigError as exc:
+            parser.error(f"--faser-policy-file: {exc.reason}")
+    return config, flags, rest
 
 
 def parse_faser_args(argv: list[str]) -> tuple[FaserConfig, list[str]]:

@@ -9,7 +9,8 @@ applies what a CPU-only machine needs (sglang-on-cpu.md §5-6):
 * with no ``--model-path``, the embedded default: a tiny model generated offline on first use; asking for
   ``--speculative-algorithm EAGLE`` or ``STANDALONE`` without a draft path picks the matching embedded draft.
 
-The FASER settings reach SGLang's scheduler processes as JSON in ``SGLANG_FASER_CONFIG``.
+The FASER settings reach SGLang's scheduler processes as JSON in ``SGLANG_FASER_CONFIG``. Unless
+``--faser-control off``, the gRPC control service (``control/``) starts beside the engine on 127.0.0.1:50051.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import logging
 import os
 import sys
 
-from sglang_faser.launch_flags import build_parser, parse_faser_args
+from sglang_faser.launch_flags import ControlFlags, build_parser, parse_launch_args
 from sglang_faser.spec.config import ENV_VAR
 
 logger = logging.getLogger("sglang_faser.launch_server")
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     if "-h" in argv or "--help" in argv:
         _print_help()
         return
-    config, sglang_argv = parse_faser_args(argv)  # exits on bad --faser-* flags before any model loads
+    config, control, sglang_argv = parse_launch_args(argv)  # exits on bad --faser-* flags before any model loads
 
     from sglang_faser import cpu_bootstrap
 
@@ -93,10 +94,34 @@ def main(argv: list[str] | None = None) -> None:
     touchpoints.load_plugins()
     server_args = touchpoints.prepare_server_args(sglang_argv)
     logger.info("FASER config: %s", config.to_json())
+    control_server = _start_control(control, server_args)
     try:
         touchpoints.run_server(server_args)
     finally:
+        if control_server is not None:
+            control_server.stop(grace=0)
         touchpoints.kill_child_processes()
+
+
+def _start_control(flags: ControlFlags, server_args):
+    """The gRPC control service beside the engine; it reaches the engine over its own HTTP port."""
+    if not flags.enabled:
+        return None
+    from control.server import ControlServer, ControlSettings
+
+    host = server_args.host if server_args.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+    settings = ControlSettings(
+        engine_url=f"http://{host}:{server_args.port}", host=flags.host, port=flags.port,
+        policy_file=flags.policy_file, tls_cert=flags.tls_cert, tls_key=flags.tls_key,
+        token_file=flags.token_file, insecure=flags.insecure,
+        engine_api_key=getattr(server_args, "admin_api_key", None) or getattr(server_args, "api_key", None),
+    )
+    try:
+        return ControlServer(settings).start()
+    except (RuntimeError, OSError, ValueError) as exc:
+        print(f"sglang_faser.launch_server: control service on {flags.host}:{flags.port} could not start ({exc}); "
+              "choose another --faser-control-port or pass --faser-control off", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

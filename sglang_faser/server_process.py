@@ -29,6 +29,12 @@ class ServerProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.args = [sys.executable, "-m", "sglang_faser.launch_server", *args]
         self.args += ["--host", "127.0.0.1", "--port", str(self.port)]
+        # every server gets its own control port, so that several can run side by side (default 50051 would clash)
+        self.control_port = None
+        if not any(a.startswith("--faser-control-port") for a in args):
+            self.control_port = free_port()
+            self.args += ["--faser-control-port", str(self.control_port)]
+        self.control_target = f"127.0.0.1:{self.control_port}" if self.control_port else None
         self.log_path = log_path
         self._log = None
         self.proc: subprocess.Popen | None = None

@@ -24,7 +24,7 @@ def test_faser_flags_are_split_from_sglang_flags():
     "argv, message",
     [
         (["--faser-max-len", "-1"], "--faser-max-len: must be in [0, 32], got -1"),
-        (["--faser-max-len", "2", "--faser-min-len", "3"], "--faser-max-len: must be >= min_len (3)"),
+        (["--faser-max-len", "2", "--faser-min-len", "3"], "--faser-max-len: must be in [min_len=3, 32]"),
         (["--faser-frobnicate", "3"], "unrecognized FASER flag: --faser-frobnicate"),
         (["--faser-mode=turbo"], "invalid choice: 'turbo'"),
         (["--faser-overlap", "maybe"], "expected on or off"),

@@ -57,7 +57,7 @@ class FaserConfig:
             _check_int("max_len", self.max_len, 0, MAX_SPEC_LEN)
             if self.max_len < self.min_len:
                 raise ConfigError(
-                    "max_len", f"must be >= min_len ({self.min_len}), got {self.max_len}"
+                    "max_len", f"must be in [min_len={self.min_len}, {MAX_SPEC_LEN}], got {self.max_len}"
                 )
         if self.fixed_len is not None:
             _check_int("fixed_len", self.fixed_len, 0, MAX_SPEC_LEN)

@@ -1,0 +1,154 @@
+"""``faserctl``: the command-line client of the FASER control service.
+
+    faserctl [--target HOST:PORT] [--token-file F] [--tls-ca PEM] COMMAND
+      get-policy                      the policy in force and its version
+      set-policy [--mode M] [--max-len N] [--min-len N] [--fixed-len N] [--frontier-size N] [--overlap on|off]
+                 [--request-rate X] [--relax-rate X] [--explore-every N] [--clear-max-len] [--clear-fixed-len]
+      telemetry [--json] [--watch [--interval S] [--count N]]
+      status                          health of the service and the engine's policy version
+
+Exit code 0 on success; otherwise one line on stderr saying why, and 1 (refused / failed) or 2 (bad usage).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import grpc
+
+from control.convert import changes_to_wire
+from control.faser.v1 import control_pb2 as pb
+from control.faser.v1 import control_pb2_grpc as pb_grpc
+from control.telemetry_view import policy_dict, render, to_json_dict
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="faserctl", description="Control a running sglang-faser server.")
+    parser.add_argument("--target", default=os.environ.get("FASERCTL_TARGET", DEFAULT_TARGET),
+                        help=f"control service host:port (default {DEFAULT_TARGET})")
+    parser.add_argument("--token-file", help="bearer token for a service started with --faser-control-token-file")
+    parser.add_argument("--tls-ca", help="CA / self-signed certificate (PEM) to reach a TLS service")
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds per call (default 10)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("get-policy", help="print the policy in force")
+    setp = sub.add_parser("set-policy", help="change some policy fields (the others stay)")
+    setp.add_argument("--mode", choices=["adaptive", "fixed", "off"])
+    for name in ("max-len", "min-len", "fixed-len", "frontier-size", "explore-every"):
+        setp.add_argument(f"--{name}", type=int)
+    setp.add_argument("--overlap", choices=["on", "off"])
+    setp.add_argument("--request-rate", type=float)
+    setp.add_argument("--relax-rate", type=float)
+    setp.add_argument("--clear-max-len", action="store_true", help="back to the server's whole draft window")
+    setp.add_argument("--clear-fixed-len", action="store_true", help="fixed mode uses max-len again")
+    tele = sub.add_parser("telemetry", help="phase shares, token counters, lengths")
+    tele.add_argument("--json", action="store_true", help="machine-readable JSON (one object per snapshot)")
+    tele.add_argument("--watch", action="store_true", help="keep printing snapshots")
+    tele.add_argument("--interval", type=float, default=1.0)
+    tele.add_argument("--count", type=int, default=0, help="with --watch: stop after N snapshots (0 = never)")
+    sub.add_parser("status", help="service health and the policy version in force")
+    return parser
+
+
+def _changes(args) -> dict:
+    changes = {}
+    if args.mode:
+        changes["mode"] = args.mode
+    for name in ("max_len", "min_len", "fixed_len", "frontier_size", "explore_every", "request_rate", "relax_rate"):
+        if getattr(args, name) is not None:
+            changes[name] = getattr(args, name)
+    if args.overlap:
+        changes["overlap"] = args.overlap == "on"
+    if args.clear_max_len:
+        changes["max_len"] = None
+    if args.clear_fixed_len:
+        changes["fixed_len"] = None
+    return changes
+
+
+def _channel(args) -> grpc.Channel:
+    if args.tls_ca:
+        with open(args.tls_ca, "rb") as handle:
+            return grpc.secure_channel(args.target, grpc.ssl_channel_credentials(handle.read()))
+    return grpc.insecure_channel(args.target)
+
+
+def _metadata(args) -> list[tuple[str, str]]:
+    metadata = [("x-faser-user", os.environ.get("USER", "unknown"))]
+    if args.token_file:
+        with open(args.token_file) as handle:
+            metadata.append(("authorization", f"Bearer {handle.read().strip()}"))
+    return metadata
+
+
+def run(args) -> int:
+    stub = pb_grpc.FaserControlStub(_channel(args))
+    call = dict(metadata=_metadata(args), timeout=args.timeout)
+    if args.command == "get-policy":
+        reply = stub.GetPolicy(pb.GetPolicyRequest(), **call)
+        print(json.dumps({"version": reply.version, "applied": reply.applied, "policy": policy_dict(reply.policy)}))
+    elif args.command == "set-policy":
+        changes = _changes(args)
+        if not changes:
+            print("faserctl: set-policy needs at least one field to change (see --help)", file=sys.stderr)
+            return 2
+        reply = stub.SetPolicy(pb.SetPolicyRequest(policy=changes_to_wire(changes)), **call)
+        print(json.dumps({"version": reply.version, "policy": policy_dict(reply.policy)}))
+    elif args.command == "telemetry":
+        _telemetry(stub, args, call)
+    elif args.command == "status":
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        health = health_pb2_grpc.HealthStub(stub_channel := _channel(args))
+        status = health.Check(health_pb2.HealthCheckRequest(service=""), **call).status
+        reply = stub.GetPolicy(pb.GetPolicyRequest(), **call)
+        stub_channel.close()
+        print(json.dumps({"target": args.target, "health": health_pb2.HealthCheckResponse.ServingStatus.Name(status),
+                          "policy_version": reply.version, "in_sync_with_engine": reply.applied}))
+    return 0
+
+
+def _telemetry(stub, args, call) -> None:
+    if args.watch:
+        if args.interval <= 0:
+            raise ValueError("--interval must be > 0")
+        request = pb.WatchTelemetryRequest(interval_seconds=args.interval, count=max(args.count, 0))
+        snapshots = stub.WatchTelemetry(request, metadata=call["metadata"])
+    else:
+        snapshots = [stub.GetTelemetry(pb.GetTelemetryRequest(), **call)]
+    if args.json:
+        for snapshot in snapshots:
+            print(json.dumps(to_json_dict(snapshot)), flush=True)
+        return
+    from rich.console import Console
+    from rich.live import Live
+
+    console = Console()
+    if not args.watch:
+        console.print(render(snapshots[0]))
+        return
+    with Live(console=console, refresh_per_second=4) as live:
+        for snapshot in snapshots:
+            live.update(render(snapshot))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return run(args)
+    except grpc.RpcError as exc:
+        print(f"faserctl: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as exc:
+        print(f"faserctl: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""Run the control service: beside the engine (``sglang_faser.launch_server`` calls :func:`start`) or on its own.
+
+    python -m control.server --engine-url http://127.0.0.1:30000 [--host 127.0.0.1] [--port 50051]
+        [--policy-file PATH] [--tls-cert PEM --tls-key PEM] [--token-file PATH] [--insecure]
+
+Besides FaserControl it serves the standard gRPC health service (SERVING once the engine answered and the policy
+is in sync, NOT_SERVING before) and server reflection. On start it brings policy and engine together in the
+background: a policy resumed from ``--policy-file`` is pushed to the engine as soon as the engine is ready;
+otherwise the engine's current policy is adopted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from concurrent import futures
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from control.auth import TokenInterceptor, check_bind, read_token, server_credentials
+from control.engine_client import EngineClient, EngineUnavailable, NoFaserWorker
+from control.faser.v1 import control_pb2 as pb
+from control.faser.v1 import control_pb2_grpc as pb_grpc
+from control.policy_store import PolicyStore
+from control.service import FaserControlService
+
+logger = logging.getLogger("faser.control")
+DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 50051
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["FaserControl"].full_name
+
+
+@dataclass
+class ControlSettings:
+    engine_url: str
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    policy_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    token_file: str | None = None
+    insecure: bool = False
+    engine_api_key: str | None = None
+
+    def validate(self) -> None:
+        """Raise ValueError naming the problem (the launcher turns it into a one-line exit)."""
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("--faser-control-tls-cert and --faser-control-tls-key must be given together")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"--faser-control-port must be in [0, 65535], got {self.port}")
+        check_bind(self.host, tls=bool(self.tls_cert), token=bool(self.token_file), insecure=self.insecure)
+
+
+class ControlServer:
+    def __init__(self, settings: ControlSettings):
+        settings.validate()
+        self.settings = settings
+        self.store = PolicyStore(EngineClient(settings.engine_url, api_key=settings.engine_api_key),
+                                 settings.policy_file)
+        interceptors = [TokenInterceptor(read_token(settings.token_file))] if settings.token_file else []
+        self.grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=8), interceptors=interceptors)
+        pb_grpc.add_FaserControlServicer_to_server(FaserControlService(self.store), self.grpc)
+        self.health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
+        reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.grpc)
+        address = f"{settings.host}:{settings.port}"
+        if settings.tls_cert:
+            self.port = self.grpc.add_secure_port(address, server_credentials(settings.tls_cert, settings.tls_key))
+        else:
+            self.port = self.grpc.add_insecure_port(address)
+        self._stop = threading.Event()
+        self._set_health(False)
+
+    def _set_health(self, serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in ("", SERVICE_NAME):
+            self.health.set(name, status)
+
+    def start(self) -> ControlServer:
+        self.grpc.start()
+        logger.info("FASER control service on %s:%d (engine %s)", self.settings.host, self.port,
+                    self.settings.engine_url)
+        threading.Thread(target=self._sync_when_ready, name="faser-control-sync", daemon=True).start()
+        return self
+
+    def _sync_when_ready(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self.store.engine.ready():
+                    self.store.sync()
+                    self._set_health(True)
+                    return
+            except (EngineUnavailable, NoFaserWorker) as exc:
+                logger.warning("FASER control: waiting for the engine (%s)", exc)
+            except Exception:  # keep trying: the service must come up whatever the engine does meanwhile
+                logger.exception("FASER control: syncing with the engine failed; retrying")
+            self._stop.wait(1.0)
+
+    def stop(self, grace: float = 1.0) -> None:
+        self._stop.set()
+        self.grpc.stop(grace).wait()
+
+
+def start(settings: ControlSettings) -> ControlServer:
+    return ControlServer(settings).start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m control.server", description=__doc__.splitlines()[0])
+    parser.add_argument("--engine-url", required=True, help="the sglang-faser HTTP server, e.g. http://127.0.0.1:30000")
+    parser.add_argument("--host", default=DEFAULT_HOST)
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--policy-file")
+    parser.add_argument("--tls-cert")
+    parser.add_argument("--tls-key")
+    parser.add_argument("--token-file")
+    parser.add_argument("--insecure", action="store_true")
+    parser.add_argument("--engine-api-key", help="the engine's --api-key, if it has one")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(name)s: %(message)s")
+    settings = ControlSettings(args.engine_url, args.host, args.port, args.policy_file, args.tls_cert, args.tls_key,
+                               args.token_file, args.insecure, args.engine_api_key)
+    try:
+        server = start(settings)
+    except (ValueError, OSError, RuntimeError) as exc:
+        print(f"control.server: {exc}", file=sys.stderr)
+        return 2
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    while not done.wait(3600):
+        pass
+    server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
