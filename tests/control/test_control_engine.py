@@ -129,5 +129,5 @@ def test_bad_values_are_refused_with_the_field_and_bounds(control_server):
     assert json.loads(faserctl(target, "get-policy").stdout) == before  # the running policy is untouched
     bad_mode = faserctl(target, "set-policy", "--mode", "turbo", check=False)
     assert bad_mode.returncode == 2 and "invalid choice" in bad_mode.stderr
-    unreachable = faserctl("127.0.0.1:1", "get-policy", "--timeout", "2", check=False)
+    unreachable = faserctl("127.0.0.1:1", "--timeout", "2", "get-policy", check=False)
     assert unreachable.returncode == 1 and unreachable.stderr.startswith("faserctl: UNAVAILABLE")
