@@ -27,8 +27,15 @@ from control.telemetry_view import policy_dict, render, to_json_dict
 DEFAULT_TARGET = "127.0.0.1:50051"
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Bad usage is one line too (``faserctl: argument --mode: invalid choice ...``, exit 2), not a usage dump."""
+
+    def error(self, message: str):
+        self.exit(2, f"faserctl: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="faserctl", description="Control a running sglang-faser server.")
+    parser = _OneLineParser(prog="faserctl", description="Control a running sglang-faser server.")
     parser.add_argument("--target", default=os.environ.get("FASERCTL_TARGET", DEFAULT_TARGET),
                         help=f"control service host:port (default {DEFAULT_TARGET})")
     parser.add_argument("--token-file", help="bearer token for a service started with --faser-control-token-file")

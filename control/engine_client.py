@@ -36,13 +36,15 @@ class EngineClient:
             raise EngineUnavailable(f"engine at {self.url} unreachable: {type(exc).__name__}") from None
         if response.status_code >= 500 or response.status_code in (404, 503):
             raise EngineUnavailable(f"engine at {self.url} answered {path} with HTTP {response.status_code}")
-        response.raise_for_status()
+        if response.status_code >= 400:  # e.g. 401: the engine has an --api-key this service was not given
+            raise EngineUnavailable(f"engine at {self.url} refused {path} with HTTP {response.status_code}: "
+                                    f"{response.text.strip()[:200]}")
         return response
 
     def ready(self) -> bool:
         try:
             self._call("GET", "/health")
-        except (EngineUnavailable, requests.HTTPError):
+        except EngineUnavailable:
             return False
         return True
 

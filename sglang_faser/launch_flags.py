@@ -135,7 +135,8 @@ def parse_launch_args(argv: list[str]) -> tuple[FaserConfig, ControlFlags, list[
         try:
             config, _ = load(Path(flags.policy_file))
         except ConfigError as exc:
-            parser.error(f"--faser-policy-file: {exc.reason}")
+            # name the bad field (``max_len: must be in ...``); an unreadable file is already said in the reason
+            parser.error(f"--faser-policy-file: {exc.reason if exc.field == 'policy_file' else exc}")
     return config, flags, rest
 
 

@@ -32,6 +32,9 @@ def register() -> None:
     from sglang_faser.engine import control_bridge
 
     touchpoints.hook_internal_state(control_bridge.around_update_handlers, control_bridge.around_add_speculative)
+    from sglang_faser.engine import request_checks
+
+    touchpoints.hook_sampling_params_verify(request_checks.around_verify)
 
 
 def _choose_worker(original_create_worker, algorithm, server_args):

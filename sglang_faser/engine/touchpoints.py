@@ -26,6 +26,7 @@ re-check each entry here, then re-scan the wheel for new ``from sgl_kernel impor
 | ``ForwardBatch``, ``ForwardMode.TARGET_VERIFY``, ``CaptureHiddenMode.FULL``, ``EagleVerifyInput`` (forward_batch_info.py:493, eagle_info.py:17), ``ModelRunner.forward`` (model_runner.py:1813) | dummy verify passes for the start-up cost profile (``engine/profiler.py``), as SGLang's cpu_graph_runner.py:841 builds them for capture |
 | ``SchedulerInternalStateController._update_handlers`` / ``_add_speculative`` / ``_UpdateHandler`` / ``UpdateRejected`` (internal_state.py:146-170, :119, :290) | policy changes via ``/set_internal_state`` (numeric ``faser_*`` keys, ``SetInternalStateReq`` io_struct.py:2348) and FASER's telemetry in ``/server_info`` ``internal_states[i]["faser"]`` |
 | ``Scheduler.draft_worker`` | the FASER worker the control bridge talks to |
+| ``SamplingParams.verify`` (sampling_params.py:252, tokenizer_manager.py:1567), ``SamplingParams.custom_params`` (:180), ``Req.sampling_params`` | per-request ``{"faser": {...}}`` controls: checked in the HTTP process (400 on a bad value), read by the worker |
 | ``sglang.srt.speculative.eagle_utils``: ``_verify_uses_greedy`` (:485), ``tree_speculative_sampling_target_only``, ``top_k_renorm_prob``, ``top_p_renorm_prob`` | on CPU, verify by speculative sampling instead of SGLang's greedy-only path |
 """
 
@@ -204,3 +205,11 @@ def update_rejected(message: str) -> Exception:
     from sglang.srt.managers.scheduler_components.internal_state import UpdateRejected
 
     return UpdateRejected(message)
+
+
+# -- per-request controls checked in the HTTP process (engine/request_checks.py) ------------------------------
+def hook_sampling_params_verify(hook) -> None:
+    """AROUND ``SamplingParams.verify`` (sampling_params.py:252), called by the tokenizer manager (:1567)."""
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register("sglang.srt.sampling.sampling_params.SamplingParams.verify", hook, HookType.AROUND)

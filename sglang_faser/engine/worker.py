@@ -43,6 +43,7 @@ from sglang_faser.engine.profiler import seed_cost_model
 from sglang_faser.spec.config import FaserConfig
 from sglang_faser.spec.controller import LengthController, StepDecision
 from sglang_faser.spec.cost_model import DRAFT, VERIFY
+from sglang_faser.spec.request_params import parse_or_none
 from sglang_faser.spec.telemetry import TelemetryRecorder, subtract
 
 logger = logging.getLogger(__name__)
@@ -124,7 +125,14 @@ class FaserWorkerMixin:
 
         if self.faser_profile == "pending":
             self.faser_profile = seed_cost_model(self.faser.cost, self.target_worker, self.faser_window)
-        decision = self.faser.decide([req.rid for req in batch.reqs], padded=self.faser_tiers is None)
+        controls = [parse_or_none(req.sampling_params.custom_params) for req in batch.reqs]
+        window = self.faser_window
+        decision = self.faser.decide(
+            [req.rid for req in batch.reqs],
+            caps=np.array([window if c.max_len is None else c.max_len for c in controls], dtype=np.int64),
+            floors=np.array([c.floor for c in controls], dtype=np.int64),
+            padded=self.faser_tiers is None,
+        )
         self._faser_decision = decision
         if self.faser_tiers is not None:
             self.faser_tiers.next_depth = decision.depth  # applied by activate_step_by_batch

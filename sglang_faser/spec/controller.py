@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sglang_faser.spec.acceptance import AcceptanceTracker
-from sglang_faser.spec.config import FaserConfig
+from sglang_faser.spec.config import FaserConfig, Mode
 from sglang_faser.spec.cost_model import StepCostModel
 from sglang_faser.spec.policy import make_policy
 
@@ -99,8 +99,9 @@ class LengthController:
         fixed = config.fixed_len if config.fixed_len is not None else self.max_len
         self.policy = make_policy(config.mode.value, fixed)
 
-    def decide(self, rids: list[str], caps: np.ndarray | None = None, padded: bool = False) -> StepDecision:
-        """Lengths and depth for this step's batch; ``caps`` are per-request limits (e.g. from custom_params).
+    def decide(self, rids: list[str], caps: np.ndarray | None = None, padded: bool = False,
+               floors: np.ndarray | None = None) -> StepDecision:
+        """Lengths and depth for this step's batch; ``caps`` / ``floors`` are per-request limits (custom_params).
 
         ``padded``: the worker verifies the full window whatever the lengths (no depth tiers available).
         """
@@ -108,7 +109,12 @@ class LengthController:
         limit = np.full(batch, self.max_len, dtype=np.int64)
         if caps is not None:
             limit = np.minimum(limit, np.asarray(caps, dtype=np.int64))
-        mins = np.minimum(np.full(batch, self.min_len, dtype=np.int64), limit)
+        if self.config.mode is Mode.OFF:
+            limit[:] = 0  # off means no speculation at all, whatever min_len or a request's class says
+        mins = np.full(batch, self.min_len, dtype=np.int64)
+        if floors is not None:
+            mins = np.maximum(mins, np.asarray(floors, dtype=np.int64))
+        mins = np.minimum(mins, limit)
         lengths = self.policy.plan(self.tracker.accept_probs(rids), limit, mins, self.cost).lengths
         c = self.counters
         explored = not padded and self.explore_every > 0 and c.steps % self.explore_every == self.explore_every - 1

@@ -98,7 +98,8 @@ class TelemetryRecorder:
         self._clock = clock
         self._start = Totals(at=clock())
         self._now = self._start.copy()
-        self._snapshots: deque[Totals] = deque()
+        # the start is the first snapshot: until a window has passed, the window begins there (first steps included)
+        self._snapshots: deque[Totals] = deque([self._start.copy()])
 
     def record_step(self, intervals: list[tuple[str, float, float]], counters, batch_size: int) -> None:
         """One decode step: its phase intervals (clock seconds) and the controller's cumulative counters."""
@@ -126,7 +127,7 @@ class TelemetryRecorder:
         self._trim(at)
         now = self._now.copy()
         now.at = at
-        oldest = self._snapshots[0] if self._snapshots else self._start
+        oldest = self._snapshots[0]
         window_start = oldest if at - oldest.at <= self.window_s else _shifted(oldest, at - self.window_s)
         return {"window": summarise(now, window_start), "total": summarise(now, self._start),
                 "window_s": self.window_s}

@@ -44,3 +44,17 @@ def test_exploration_visits_other_depths_within_bounds():
             assert decision.lengths.min() >= 1  # min_len still holds where the depth allows it
         depths.add(decision.depth)
     assert depths == {0, 1, 2, 3, 4}
+
+
+def test_per_request_caps_and_floors_and_mode_off_wins():
+    controller = LengthController(FaserConfig(mode="fixed", fixed_len=2), window=4, explore_every=0)
+    decision = controller.decide(["a", "b", "c"], caps=np.array([0, 4, 1]), floors=np.array([0, 3, 1]))
+    assert decision.lengths.tolist() == [0, 3, 1]  # cap 0 = no speculation; floor 3 lifts b; c capped at 1
+    controller.apply_config(FaserConfig(mode="off", min_len=2))
+    assert controller.decide(["a", "b"], floors=np.array([1, 1])).lengths.tolist() == [0, 0]
+
+
+def test_a_latency_critical_request_keeps_speculating_when_the_policy_would_stop():
+    controller = LengthController(FaserConfig(mode="fixed", fixed_len=0), window=4, explore_every=0)
+    assert controller.decide(["a", "b"]).lengths.tolist() == [0, 0]
+    assert controller.decide(["a", "b"], floors=np.array([1, 0])).lengths.tolist() == [1, 0]

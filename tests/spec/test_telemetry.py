@@ -65,3 +65,17 @@ def test_the_window_forgets_old_steps_and_counts_quiet_time_as_idle():
     clock.t = 200.0
     quiet = recorder.snapshot()["window"]
     assert quiet["steps"] == 0 and quiet["shares"]["idle"] == pytest.approx(1.0)
+
+
+def test_before_a_whole_window_has_passed_the_window_is_everything_since_start():
+    clock = Clock()
+    recorder = TelemetryRecorder(window_s=10.0, clock=clock)
+    clock.t = 2.0
+    recorder.record_step([("verify", 1, 2)], _counters(1, 1, 1, 2, [1]), batch_size=1)
+    clock.t = 4.0
+    snap = recorder.snapshot()
+    assert snap["window"] == snap["total"]  # the first step is in the window, not cut off by it
+    assert snap["window"]["steps"] == 1 and snap["window"]["shares"]["verify"] == pytest.approx(0.25)
+    clock.t = 13.0
+    window = recorder.snapshot()["window"]  # the window [3, 13] no longer holds the step that ended at 2
+    assert window["seconds"] == pytest.approx(10.0) and window["steps"] == 0
