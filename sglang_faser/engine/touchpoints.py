@@ -23,6 +23,7 @@ re-check each entry here, then re-scan the wheel for new ``from sgl_kernel impor
 | ``EagleDraftWorker.draft`` / ``draft_runner.forward`` / ``draft_attn_backend.attn_backends[i].draft_decode_metadata`` (eagle_worker_v2.py:660, :841; intel_amx_backend.py:483) | per-forward draft sub-batches (``engine/draft_cut.py``) and frontier verification between draft forwards (``engine/pipeline.py``) |
 | ``forward_context`` / ``ForwardContext`` (model_executor/forward_context.py:86) | a target pass inside the draft loop must name the target's attention backend |
 | ``EagleDraftInput.bonus_tokens``, ``ScheduleBatch.req_to_token_pool`` / ``seq_lens`` / ``req_pool_indices`` | the verify batch built during drafting: root token, positions ``seq_len + j``, KV slots ``req_to_token[req, seq_len + j]`` (eagle_utils.py:305, :152) |
+| ``IntelAMXAttnBackend`` (intel_amx_backend.py:20) | the one target backend whose chain verify FASER splits into passes today (``verify_passes_supported``) |
 | ``ForwardBatch``, ``ForwardMode.TARGET_VERIFY``, ``CaptureHiddenMode.FULL``, ``EagleVerifyInput`` (forward_batch_info.py:493, eagle_info.py:17), ``ModelRunner.forward`` (model_runner.py:1813) | dummy verify passes for the start-up cost profile (``engine/profiler.py``), as SGLang's cpu_graph_runner.py:841 builds them for capture |
 | ``SchedulerInternalStateController._update_handlers`` / ``_add_speculative`` / ``_UpdateHandler`` / ``UpdateRejected`` (internal_state.py:146-170, :119, :290) | policy changes via ``/set_internal_state`` (numeric ``faser_*`` keys, ``SetInternalStateReq`` io_struct.py:2348) and FASER's telemetry in ``/server_info`` ``internal_states[i]["faser"]`` |
 | ``Scheduler.draft_worker`` | the FASER worker the control bridge talks to |
@@ -213,3 +214,17 @@ def hook_sampling_params_verify(hook) -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     HookRegistry.register("sglang.srt.sampling.sampling_params.SamplingParams.verify", hook, HookType.AROUND)
+
+
+def verify_passes_supported(worker) -> bool:
+    """Whether FASER may split TARGET_VERIFY into ragged / frontier passes on this target backend.
+
+    A pass is a TARGET_VERIFY ``ForwardBatch`` with fewer requests and rows; that is exact when the backend derives
+    a plain causal chain mask from ``seq_lens`` and ``draft_token_num`` (intel_amx: ``_build_extend_metadata``,
+    intel_amx_backend.py:70, no custom mask when ``tree_topk == 1``). GPU backends read ``spec_info.custom_mask``
+    and plan per batch size; until their pass layout is built and measured they keep SGLang's single pass.
+    """
+    from sglang.srt.layers.attention.intel_amx_backend import IntelAMXAttnBackend
+
+    backend = getattr(worker.target_worker.model_runner, "attn_backend", None)
+    return worker.topk == 1 and isinstance(backend, IntelAMXAttnBackend)

@@ -97,6 +97,9 @@ class FaserWorkerMixin:
                 self.faser_tiers = DepthTiers(self.faser_window)
                 self.adaptive_controller = touchpoints.adaptive_controller(self, self.faser_tiers)
                 self.faser_verify_path = "tiered"
+        # ragged / frontier passes need chain verification to be plain causal attention over uniform rows, which
+        # is what intel_amx does; other backends keep SGLang's single verify pass (with the cut at k_i)
+        self.faser_verify_layout = "ragged-passes" if touchpoints.verify_passes_supported(self) else "one-pass"
         self.faser_profile = "pending"  # run before the first decode step (the runner is complete by then)
         self.faser_policy_version = 0
         self.faser_telemetry = TelemetryRecorder()
@@ -104,11 +107,12 @@ class FaserWorkerMixin:
         self._faser_metrics_at = 0.0
         self._faser_phases: list[tuple[str, float, float]] = []
         logger.info(
-            "FASER worker on %s: window=%d topk=%d path=%s config=%s",
+            "FASER worker on %s: window=%d topk=%d path=%s verify=%s config=%s",
             type(self).__mro__[2].__name__,
             self.faser_window,
             self.topk,
             self.faser_verify_path,
+            self.faser_verify_layout,
             self.faser_config.to_json(),
         )
 
@@ -217,8 +221,8 @@ class FaserWorkerMixin:
 
     def _frontier_verifier(self, batch, decision: StepDecision) -> FrontierVerifier | None:
         """Ragged, frontier-chunked verification with early pruning (None: SGLang's single pass)."""
-        if "forward_batch_generation" in vars(self.target_worker):
-            return None  # someone else already wraps the target call; do not stack
+        if self.faser_verify_layout != "ragged-passes" or "forward_batch_generation" in vars(self.target_worker):
+            return None  # SGLang's single pass (unsupported backend, or someone else wraps the target call)
         cost = self.faser.cost
 
         def on_pass(vpass, began: float, ended: float) -> None:
@@ -268,7 +272,7 @@ class FaserWorkerMixin:
             "policy": json.loads(self.faser_config.to_json()),
             "version": self.faser_policy_version,
             "window": self.faser_window,
-            "verify_path": self.faser_verify_path,
+            "verify_path": f"{self.faser_verify_path}/{self.faser_verify_layout}",
             "draft_path": self.faser_draft_path,
             "profile": self.faser_profile,
             "counters": dataclasses.asdict(self.faser.counters),

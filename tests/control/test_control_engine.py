@@ -94,7 +94,7 @@ def test_telemetry_json_shares_add_up(control_server):
         total = shares["draft"] + shares["verify"] + shares["draft_extend"] + shares["prefill"] - shares["overlap"]
         assert total + shares["idle"] == pytest.approx(1.0, abs=0.02), shares
         assert shares["verify"] > 0
-    assert snapshot["verify_path"] == "tiered" and snapshot["draft_path"] in ("cut", "full-depth")
+    assert snapshot["verify_path"] == "tiered/ragged-passes" and snapshot["draft_path"] in ("cut", "full-depth")
     assert len(snapshot["total"]["acceptance_by_position"]) <= WINDOW
 
 
