@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from sglang_faser.engine import touchpoints
+from sglang_faser.engine.depth_tiers import DepthTiers, prunable_requests
 from sglang_faser.engine.draft_cut import DraftCut, DraftSchedule, patched
 from sglang_faser.engine.frontier_verify import FrontierVerifier
 from sglang_faser.engine.metrics import FaserMetrics
@@ -47,31 +48,6 @@ from sglang_faser.spec.request_params import parse_or_none
 from sglang_faser.spec.telemetry import TelemetryRecorder, subtract
 
 logger = logging.getLogger(__name__)
-
-
-class DepthTiers:
-    """The ``AdaptiveSpecPolicy`` protocol SGLang's ``AdaptiveController`` drives (adaptive_runtime_state.py).
-
-    Candidates are every depth 0..window; the depth for the next step is whatever the FASER worker decided just
-    before ``activate_step_by_batch`` asks for it.
-    """
-
-    def __init__(self, window: int):
-        self.candidate_steps = list(range(window + 1))
-        self.next_depth = window
-        self._cuda_graph_bs = None
-
-    def set_cuda_graph_bs(self, cuda_graph_bs) -> None:
-        self._cuda_graph_bs = cuda_graph_bs
-
-    def cuda_graph_bs_for_step(self, step: int):
-        return self._cuda_graph_bs
-
-    def get_steps_for_batch(self, batch_size: int) -> int:
-        return self.next_depth
-
-    def on_verify_complete(self, num_correct_drafts_per_req, batch_size: int):
-        return None  # FASER switches tiers before drafting, never after verification
 
 
 class FaserWorkerMixin:
@@ -232,7 +208,7 @@ class FaserWorkerMixin:
         return FrontierVerifier(
             self.target_worker.forward_batch_generation,
             decision.lengths,
-            _prunable(batch),
+            prunable_requests(batch),
             self.faser.config.frontier_size,
             rows=(decision.depth if self.faser_tiers is not None else self.faser_window) + 1,
             pass_ms=lambda requests, rows: float(cost.verify_ms(requests, rows)),
@@ -297,21 +273,6 @@ class FaserWorkerMixin:
     def note_request_finished(self, *, rid: str, natural_stop: bool) -> None:
         super().note_request_finished(rid=rid, natural_stop=natural_stop)
         self.faser.forget(rid)
-
-
-def _prunable(batch) -> np.ndarray:
-    """Requests whose acceptance is a plain argmax check, so a rejection seen early is final (frontier_verify.py)."""
-    bs = len(batch.reqs)
-    info = batch.sampling_info
-    modified = info is None or batch.has_grammar or getattr(info, "has_watermark_candidates", False) or any(
-        getattr(info, name, None) is not None
-        for name in ("acc_additive_penalties", "acc_scaling_penalties", "logit_bias")
-    )
-    if modified:
-        return np.zeros(bs, dtype=bool)
-    if info.is_all_greedy:
-        return np.ones(bs, dtype=bool)
-    return (info.top_ks[:bs] <= 1).cpu().numpy()
 
 
 _CLASSES: dict[type, type] = {}
