@@ -99,6 +99,7 @@ class EnginePool:
             disable_cuda_graph=True,
             log_level="warning",
             random_seed=0,
+            sleep_on_idle=True,  # an idle engine kept alive by the pool must not spin a core the next test needs
         )
         settings.update(kwargs)
         from sglang_faser.spec.config import ENV_VAR

@@ -75,7 +75,7 @@ class FaserWorkerMixin:
                 self.faser_verify_path = "tiered"
         # ragged / frontier passes need chain verification to be plain causal attention over uniform rows, which
         # is what intel_amx does; other backends keep SGLang's single verify pass (with the cut at k_i)
-        self.faser_verify_layout = "ragged-passes" if touchpoints.verify_passes_supported(self) else "one-pass"
+        self.faser_verify_layout = "pending"  # decided with the start-up profile, once the target runner is complete
         self.faser_profile = "pending"  # run before the first decode step (the runner is complete by then)
         self.faser_policy_version = 0
         self.faser_telemetry = TelemetryRecorder()
@@ -83,12 +83,11 @@ class FaserWorkerMixin:
         self._faser_metrics_at = 0.0
         self._faser_phases: list[tuple[str, float, float]] = []
         logger.info(
-            "FASER worker on %s: window=%d topk=%d path=%s verify=%s config=%s",
+            "FASER worker on %s: window=%d topk=%d path=%s config=%s",
             type(self).__mro__[2].__name__,
             self.faser_window,
             self.topk,
             self.faser_verify_path,
-            self.faser_verify_layout,
             self.faser_config.to_json(),
         )
 
@@ -104,7 +103,9 @@ class FaserWorkerMixin:
             return result
 
         if self.faser_profile == "pending":
+            self.faser_verify_layout = "ragged-passes" if touchpoints.verify_passes_supported(self) else "one-pass"
             self.faser_profile = seed_cost_model(self.faser.cost, self.target_worker, self.faser_window)
+            logger.info("FASER verify layout: %s", self.faser_verify_layout)
         controls = [parse_or_none(req.sampling_params.custom_params) for req in batch.reqs]
         window = self.faser_window
         decision = self.faser.decide(

@@ -47,6 +47,7 @@ class Totals:
     """Cumulative values at one instant; windows are differences of two of these."""
 
     at: float = 0.0
+    step_start: float = 0.0  # when the step that produced this snapshot began (its first interval)
     busy: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     union: float = 0.0
     counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
@@ -56,7 +57,7 @@ class Totals:
     accepted_by_position: list[int] = field(default_factory=list)
 
     def copy(self) -> Totals:
-        return Totals(self.at, dict(self.busy), self.union, dict(self.counters), self.batch_sum,
+        return Totals(self.at, self.step_start, dict(self.busy), self.union, dict(self.counters), self.batch_sum,
                       list(self.length_histogram), list(self.proposed_by_position), list(self.accepted_by_position))
 
 
@@ -114,11 +115,12 @@ class TelemetryRecorder:
         now.proposed_by_position = list(counters.proposed_by_position)
         now.accepted_by_position = list(counters.accepted_by_position)
         now.at = self._clock()
+        now.step_start = min((start for _, start, _ in intervals), default=now.at)
         self._snapshots.append(now.copy())
         self._trim(now.at)
 
     def _trim(self, at: float) -> None:
-        while len(self._snapshots) > 1 and self._snapshots[1].at <= at - self.window_s:
+        while len(self._snapshots) > 1 and self._snapshots[1].step_start < at - self.window_s:
             self._snapshots.popleft()
 
     def snapshot(self) -> dict:
@@ -127,17 +129,14 @@ class TelemetryRecorder:
         self._trim(at)
         now = self._now.copy()
         now.at = at
-        oldest = self._snapshots[0]
-        window_start = oldest if at - oldest.at <= self.window_s else _shifted(oldest, at - self.window_s)
+        # The window counts the steps that began inside it, from the snapshot just before the first of them (the
+        # deque's head after _trim); a step straddling the window's start counts as idle. Every busy second counted
+        # then lies inside the window, so the shares add up to exactly 1.
+        start = at - self.window_s
+        window_start = self._snapshots[0].copy()
+        window_start.at = max(window_start.at, start)
         return {"window": summarise(now, window_start), "total": summarise(now, self._start),
                 "window_s": self.window_s}
-
-
-def _shifted(totals: Totals, at: float) -> Totals:
-    """The oldest snapshot moved to the window's start: nothing happened between them (the step came later)."""
-    moved = totals.copy()
-    moved.at = at
-    return moved
 
 
 def subtract(start: float, end: float, holes: list[tuple[float, float]]) -> list[tuple[float, float]]:

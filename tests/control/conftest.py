@@ -22,6 +22,7 @@ SERVER_ARGS = [
     "--speculative-num-draft-tokens", str(WINDOW + 1),
     "--max-total-tokens", "4096",
     "--enable-metrics",
+    "--sleep-on-idle",
 ]  # fmt: skip
 
 

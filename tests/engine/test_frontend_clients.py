@@ -26,6 +26,7 @@ EAGLE = [
     "--speculative-eagle-topk", "1",
     "--speculative-num-draft-tokens", "4",
     "--max-total-tokens", "8192",
+    "--sleep-on-idle",
 ]  # fmt: skip
 
 

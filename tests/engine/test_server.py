@@ -23,7 +23,7 @@ EAGLE = [
 @pytest.fixture(scope="module")
 def server(tiny_suite, tmp_path_factory):
     log = tmp_path_factory.mktemp("server") / "server.log"
-    with ServerProcess(EAGLE + ["--max-total-tokens", "4096"], log_path=log) as proc:
+    with ServerProcess(EAGLE + ["--max-total-tokens", "4096", "--sleep-on-idle"], log_path=log) as proc:
         yield proc
 
 
