@@ -1,0 +1,76 @@
+"""Send a workload to a server at its arrival times and measure each request (streaming /generate)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+
+import aiohttp
+
+from .workload import Request
+
+
+@dataclass
+class Result:
+    kind: str
+    ok: bool
+    ttft: float = 0.0  # seconds to the first streamed token
+    e2e: float = 0.0  # seconds to the last
+    output_tokens: int = 0
+    accept_length: float | None = None  # SGLang's spec_accept_length (tokens per verify step)
+    mean_cap: float | None = None  # mean per-step speculative length FASER gave this request
+    error: str = ""
+
+    @property
+    def tpot(self) -> float:
+        return (self.e2e - self.ttft) / (self.output_tokens - 1) if self.output_tokens > 1 else 0.0
+
+
+async def _one(session, url: str, request: Request, start: float, progress) -> Result:
+    await asyncio.sleep(max(0.0, start + request.at - time.perf_counter()))
+    sent = time.perf_counter()
+    body = {"text": request.prompt, "stream": True,
+            "sampling_params": {"temperature": 0, "max_new_tokens": request.max_new_tokens, "ignore_eos": True}}
+    result = Result(request.kind, ok=False)
+    try:
+        async with session.post(url + "/generate", json=body) as response:
+            if response.status != 200:
+                result.error = f"HTTP {response.status}"
+                return result
+            last = None
+            async for raw in response.content:
+                line = raw.strip()
+                if not line.startswith(b"data:") or line == b"data: [DONE]":
+                    continue
+                if last is None:
+                    result.ttft = time.perf_counter() - sent
+                last = json.loads(line[5:])
+            result.e2e = time.perf_counter() - sent
+        meta = last["meta_info"]
+        result.output_tokens = int(meta["completion_tokens"])
+        result.accept_length = meta.get("spec_accept_length")
+        histogram = meta.get("spec_cap_lens_histogram")
+        if histogram and sum(histogram):
+            result.mean_cap = sum(k * n for k, n in enumerate(histogram)) / sum(histogram)
+        result.ok = True
+    except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, ValueError) as exc:
+        result.error = repr(exc)
+    finally:
+        if progress is not None:
+            progress.update(1)
+    return result
+
+
+async def _run(url: str, requests: list[Request], progress, timeout_s: float) -> tuple[list[Result], float]:
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        start = time.perf_counter()
+        results = await asyncio.gather(*(_one(session, url, r, start, progress) for r in requests))
+        return list(results), time.perf_counter() - start
+
+
+def drive(url: str, requests: list[Request], progress=None, timeout_s: float = 1800.0) -> tuple[list[Result], float]:
+    """Results in request order, and the wall time of the whole run."""
+    return asyncio.run(_run(url, requests, progress, timeout_s))

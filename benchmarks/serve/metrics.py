@@ -1,0 +1,59 @@
+"""Summaries of one (configuration, rate) run and the ratios against the baselines measured in the same run."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def percentiles(values, qs=(50, 99)) -> dict[str, float]:
+    values = np.asarray(values, dtype=float)
+    if values.size == 0:
+        return {f"p{q}": float("nan") for q in qs} | {"mean": float("nan")}
+    return {"mean": float(values.mean())} | {f"p{q}": float(np.percentile(values, q)) for q in qs}
+
+
+def summarise(results, wall_s: float, telemetry_delta: dict | None = None) -> dict:
+    ok = [r for r in results if r.ok]
+    tokens = sum(r.output_tokens for r in ok)
+    accept = [r.accept_length for r in ok if r.accept_length is not None]
+    caps = [r.mean_cap for r in ok if r.mean_cap is not None]
+    by_kind = {}
+    for kind in sorted({r.kind for r in ok}):
+        values = [r.accept_length for r in ok if r.kind == kind and r.accept_length is not None]
+        by_kind[kind] = float(np.mean(values)) if values else None
+    pruned_share = None
+    if telemetry_delta and telemetry_delta.get("verified", 0) + telemetry_delta.get("pruned", 0) > 0:
+        pruned_share = telemetry_delta["pruned"] / (telemetry_delta["verified"] + telemetry_delta["pruned"])
+    return {
+        "requests": len(results),
+        "failed": len(results) - len(ok),
+        "output_tokens_per_s": tokens / wall_s if wall_s > 0 else 0.0,
+        "ttft_s": percentiles([r.ttft for r in ok]),
+        "tpot_s": percentiles([r.tpot for r in ok if r.output_tokens > 1]),
+        "e2e_s": percentiles([r.e2e for r in ok]),
+        "accept_length": float(np.mean(accept)) if accept else None,
+        "accept_length_by_kind": by_kind,
+        "mean_spec_length": float(np.mean(caps)) if caps else None,
+        "pruned_share": pruned_share,
+        "wall_s": wall_s,
+    }
+
+
+def add_ratios(table: dict[str, dict[str, dict]]) -> None:
+    """``table[config][rate]``: add throughput and p99 ratios against no-spec and the best fixed length per rate."""
+    rates = sorted({rate for runs in table.values() for rate in runs}, key=float)
+    for rate in rates:
+        fixed = {c: runs[rate] for c, runs in table.items() if c.startswith("fixed-") and rate in runs}
+        best = max(fixed, key=lambda c: fixed[c]["output_tokens_per_s"]) if fixed else None
+        base = table.get("no-spec", {}).get(rate)
+        for config, runs in table.items():
+            if rate not in runs:
+                continue
+            row = runs[rate]
+            tput = row["output_tokens_per_s"]
+            row["best_fixed"] = best
+            row["vs_no_spec"] = tput / base["output_tokens_per_s"] if base and base["output_tokens_per_s"] else None
+            row["vs_best_fixed"] = (tput / fixed[best]["output_tokens_per_s"]
+                                    if best and fixed[best]["output_tokens_per_s"] else None)
+            row["p99_e2e_vs_no_spec"] = (row["e2e_s"]["p99"] / base["e2e_s"]["p99"]
+                                         if base and base["e2e_s"]["p99"] else None)

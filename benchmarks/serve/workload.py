@@ -1,0 +1,69 @@
+"""Prompts and arrival times for the serving benchmark.
+
+Arrivals follow the conventions of SGLang's and vLLM's serving benchmarks: Poisson (exponential gaps at the
+request rate) or bursty (Gamma gaps with the same mean and a coefficient of variation > 1), from a fixed seed, or
+a replayed trace.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+SETS = ("chat", "mtbench", "humaneval")
+
+
+@dataclass(frozen=True)
+class Request:
+    at: float  # seconds after the start of the run
+    prompt: str
+    kind: str  # which prompt set it came from
+    max_new_tokens: int
+
+
+def load_prompts(kinds=SETS) -> list[tuple[str, str]]:
+    prompts = []
+    for kind in kinds:
+        for line in (DATA / f"{kind}.jsonl").read_text().splitlines():
+            if line.strip():
+                prompts.append((kind, json.loads(line)["prompt"]))
+    return prompts
+
+
+def arrival_times(n: int, rate: float, process: str = "poisson", cv: float = 2.0, seed: int = 0) -> np.ndarray:
+    """Cumulative arrival times of ``n`` requests at ``rate`` requests/s (``inf``: all at once)."""
+    if n == 0:
+        return np.zeros(0)
+    if rate == float("inf"):
+        return np.zeros(n)
+    rng = np.random.default_rng(seed)
+    if process == "poisson":
+        gaps = rng.exponential(1.0 / rate, n)
+    elif process == "gamma":  # shape k = 1 / cv^2 keeps the mean gap 1 / rate; cv > 1 is burstier than Poisson
+        shape = 1.0 / cv**2
+        gaps = rng.gamma(shape, 1.0 / (rate * shape), n)
+    else:
+        raise ValueError(f"unknown arrival process {process!r} (poisson, gamma)")
+    return np.cumsum(gaps) - gaps[0]
+
+
+def build(n: int, rate: float, process: str, max_new_tokens: int, seed: int = 0, cv: float = 2.0) -> list[Request]:
+    prompts = load_prompts()
+    rng = np.random.default_rng(seed + 1)
+    picks = rng.integers(0, len(prompts), n)
+    times = arrival_times(n, rate, process, cv, seed)
+    return [Request(float(t), prompts[i][1], prompts[i][0], max_new_tokens) for t, i in zip(times, picks)]
+
+
+def replay(path: str | Path, default_max_new_tokens: int) -> list[Request]:
+    requests = []
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            requests.append(Request(float(row["t"]), row["prompt"], row.get("kind", "trace"),
+                                    int(row.get("max_new_tokens", default_max_new_tokens))))
+    return sorted(requests, key=lambda r: r.at)

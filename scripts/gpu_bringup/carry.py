@@ -1,0 +1,151 @@
+"""Carry what the offline GPU machine lacks in pieces of at most 64 MiB (route B of shared/docs/gpu-bringup.md).
+
+Run here (network to package registries only):
+
+    python scripts/gpu_bringup/carry.py plan                 # what would be downloaded, and the pip command
+    python scripts/gpu_bringup/carry.py download --out DIR   # pip download the cp312 wheels, slim sglang-kernel,
+                                                             # build the sglang-faser wheel
+    python scripts/gpu_bringup/carry.py split DIR --pieces P # cut every file into <= 60 MiB pieces + manifest.json
+
+Then each piece goes through the device tool (``carry``), and on the GPU machine:
+
+    python scripts/gpu_bringup/carry.py join P --out WHEELS  # reassemble, check every sha256
+    bash scripts/gpu_bringup/remote.sh WHEELS                # install, start the server, run the benchmark
+
+Route B keeps the image's torch 2.11 and carries sglang 0.5.23 with sglang-kernel 0.4.6 (built for torch 2.11),
+flashinfer, and the pure-Python packages the server imports that the image lacks (gpu-bringup.md §4).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+PIECE_BYTES = 60 * 1024 * 1024  # under the device tool's 64 MiB per call
+PYTHON, PLATFORM = "3.12", "manylinux_2_34_x86_64"
+ROUTE_B = [
+    "sglang==0.5.23", "sglang-kernel==0.4.6", "flashinfer-python==0.7.2", "transformers==5.19.0",
+    "apache-tvm-ffi==0.1.11", "xgrammar==0.2.7", "fastapi==0.165.0", "starlette==1.10.0", "uvicorn==0.54.0",
+    "pydantic==2.14.3", "pydantic_core==2.50.4", "annotated-types", "typing-inspection", "python-multipart",
+    "orjson", "pyzmq==27.3.0", "msgspec", "setproctitle", "pybase64", "partial-json-parser", "openai==2.8.0",
+    "jiter", "distro", "sniffio", "jsonschema", "referencing", "rpds-py", "jsonschema-specifications",
+    "compressed-tensors==0.18.0", "loguru", "gguf==0.19.0", "soundfile==0.13.1", "cffi", "pycparser", "dill",
+    "ipython==9.18.1", "jedi", "parso", "traitlets", "prompt_toolkit", "wcwidth", "pexpect", "ptyprocess",
+    "stack-data", "executing", "asttokens", "pure_eval", "matplotlib-inline", "ipython_pygments_lexers",
+    "zstandard", "datasets==5.2.0", "multiprocess", "watchfiles", "interegular", "opentelemetry-api",
+    # sglang-faser's own needs beyond the image
+    "grpcio", "grpcio-health-checking", "grpcio-reflection", "protobuf", "prometheus-client", "aiohttp", "tqdm",
+]
+SLIM = re.compile(r"sgl_kernel/(flash_ops\.abi3\.so|sm100/|infllm_ops|flashmla_ops)")
+
+
+def pip_download_command(out: Path, packages: list[str] | None = None) -> list[str]:
+    return [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version", PYTHON,
+            "--platform", PLATFORM, "--platform", "manylinux2014_x86_64", "--platform", "any", "-d", str(out),
+            *(packages or ROUTE_B)]
+
+
+def slim_kernel_wheel(src: Path, dst: Path) -> None:
+    """sglang-kernel without the FA3 / Blackwell / MLA binaries (gpu-bringup.md §5): 377 MB -> 13 MB."""
+    with zipfile.ZipFile(src) as zi, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zo:
+        for info in zi.infolist():
+            if SLIM.search(info.filename):
+                continue
+            data = zi.read(info.filename)
+            if info.filename.endswith("RECORD"):
+                lines = [line for line in data.split(b"\n") if line.strip() and not SLIM.search(line.decode())]
+                data = b"\n".join(lines) + b"\n"
+            zo.writestr(info, data)
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def split(directory: Path, pieces: Path, piece_bytes: int = PIECE_BYTES) -> dict:
+    """Cut every file of ``directory`` into numbered pieces; manifest.json says how to put them back."""
+    pieces.mkdir(parents=True, exist_ok=True)
+    manifest = {"piece_bytes": piece_bytes, "files": []}
+    for path in sorted(p for p in directory.iterdir() if p.is_file()):
+        parts = []
+        with open(path, "rb") as handle:
+            for index, chunk in enumerate(iter(lambda: handle.read(piece_bytes), b"")):
+                name = f"{path.name}.part{index:03d}"
+                (pieces / name).write_bytes(chunk)
+                parts.append({"name": name, "sha256": hashlib.sha256(chunk).hexdigest(), "bytes": len(chunk)})
+        manifest["files"].append({"name": path.name, "sha256": sha256(path), "bytes": path.stat().st_size,
+                                  "parts": parts})
+    (pieces / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return manifest
+
+
+def join(pieces: Path, out: Path) -> list[Path]:
+    """Reassemble every file of the manifest, checking each piece and each whole file; raises on any mismatch."""
+    manifest = json.loads((pieces / "manifest.json").read_text())
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for entry in manifest["files"]:
+        target = out / entry["name"]
+        with open(target, "wb") as handle:
+            for part in entry["parts"]:
+                chunk = (pieces / part["name"]).read_bytes()
+                if hashlib.sha256(chunk).hexdigest() != part["sha256"]:
+                    raise ValueError(f"piece {part['name']} is corrupt (sha256 mismatch); carry it again")
+                handle.write(chunk)
+        if sha256(target) != entry["sha256"]:
+            raise ValueError(f"{entry['name']} does not match its sha256 after reassembly")
+        written.append(target)
+    return written
+
+
+def download(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    subprocess.run(pip_download_command(out), check=True)
+    for wheel in out.glob("sglang_kernel-*.whl"):
+        slim = wheel.with_suffix(".slim")
+        slim_kernel_wheel(wheel, slim)
+        slim.replace(wheel)
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(out), str(root)], check=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("plan")
+    down = sub.add_parser("download")
+    down.add_argument("--out", type=Path, required=True)
+    cut = sub.add_parser("split")
+    cut.add_argument("directory", type=Path)
+    cut.add_argument("--pieces", type=Path, required=True)
+    glue = sub.add_parser("join")
+    glue.add_argument("pieces", type=Path)
+    glue.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    if args.command == "plan":
+        print(" ".join(pip_download_command(Path("WHEELS"))))
+    elif args.command == "download":
+        download(args.out)
+    elif args.command == "split":
+        manifest = split(args.directory, args.pieces)
+        total = sum(f["bytes"] for f in manifest["files"])
+        count = sum(len(f["parts"]) for f in manifest["files"])
+        print(f"{len(manifest['files'])} files, {total / 2**20:.1f} MiB, {count} pieces in {args.pieces}")
+    elif args.command == "join":
+        for path in join(args.pieces, args.out):
+            print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
