@@ -13,6 +13,7 @@ def percentiles(values, qs=(50, 99)) -> dict[str, float]:
 
 
 def summarise(results, wall_s: float, telemetry_delta: dict | None = None) -> dict:
+    """One (configuration, rate) row: client-side latencies and throughput, FASER's counters over the run."""
     ok = [r for r in results if r.ok]
     tokens = sum(r.output_tokens for r in ok)
     accept = [r.accept_length for r in ok if r.accept_length is not None]
@@ -21,9 +22,12 @@ def summarise(results, wall_s: float, telemetry_delta: dict | None = None) -> di
     for kind in sorted({r.kind for r in ok}):
         values = [r.accept_length for r in ok if r.kind == kind and r.accept_length is not None]
         by_kind[kind] = float(np.mean(values)) if values else None
-    pruned_share = None
-    if telemetry_delta and telemetry_delta.get("verified", 0) + telemetry_delta.get("pruned", 0) > 0:
-        pruned_share = telemetry_delta["pruned"] / (telemetry_delta["verified"] + telemetry_delta["pruned"])
+    delta = telemetry_delta or {}
+    pruned_share = chosen_mean = None
+    if delta.get("verified", 0) + delta.get("pruned", 0) > 0:
+        pruned_share = delta["pruned"] / (delta["verified"] + delta["pruned"])
+    if delta.get("requests", 0) > 0:
+        chosen_mean = delta["proposed"] / delta["requests"]
     return {
         "requests": len(results),
         "failed": len(results) - len(ok),
@@ -34,14 +38,24 @@ def summarise(results, wall_s: float, telemetry_delta: dict | None = None) -> di
         "accept_length": float(np.mean(accept)) if accept else None,
         "accept_length_by_kind": by_kind,
         "mean_spec_length": float(np.mean(caps)) if caps else None,
-        "pruned_share": pruned_share,
+        "chosen_length_mean": chosen_mean,  # server side: draft tokens proposed per request-step
+        "chosen_length_histogram": delta.get("length_histogram"),  # [k]: request-steps given length k
+        "pruned_share": pruned_share,  # verify rows skipped by early pruning / rows verified or skipped
         "wall_s": wall_s,
     }
 
 
+def rate_order(rate: str) -> float:
+    """Sort key of a rate label: numeric rates in order, then anything else (a replayed trace)."""
+    try:
+        return float(rate)
+    except ValueError:
+        return float("inf")
+
+
 def add_ratios(table: dict[str, dict[str, dict]]) -> None:
     """``table[config][rate]``: add throughput and p99 ratios against no-spec and the best fixed length per rate."""
-    rates = sorted({rate for runs in table.values() for rate in runs}, key=float)
+    rates = sorted({rate for runs in table.values() for rate in runs}, key=rate_order)
     for rate in rates:
         fixed = {c: runs[rate] for c, runs in table.items() if c.startswith("fixed-") and rate in runs}
         best = max(fixed, key=lambda c: fixed[c]["output_tokens_per_s"]) if fixed else None

@@ -35,6 +35,9 @@ def register() -> None:
     from sglang_faser.engine import request_checks
 
     touchpoints.hook_sampling_params_verify(request_checks.around_verify)
+    from sglang_faser.engine import synthetic_acceptance
+
+    synthetic_acceptance.install()  # benchmark-only; does nothing unless its environment variable is set
 
 
 def _choose_worker(original_create_worker, algorithm, server_args):

@@ -28,6 +28,7 @@ re-check each entry here, then re-scan the wheel for new ``from sgl_kernel impor
 | ``SchedulerInternalStateController._update_handlers`` / ``_add_speculative`` / ``_UpdateHandler`` / ``UpdateRejected`` (internal_state.py:146-170, :119, :290) | policy changes via ``/set_internal_state`` (numeric ``faser_*`` keys, ``SetInternalStateReq`` io_struct.py:2348) and FASER's telemetry in ``/server_info`` ``internal_states[i]["faser"]`` |
 | ``Scheduler.draft_worker`` | the FASER worker the control bridge talks to |
 | ``SamplingParams.verify`` (sampling_params.py:252, tokenizer_manager.py:1567), ``SamplingParams.custom_params`` (:180), ``Req.sampling_params`` | per-request ``{"faser": {...}}`` controls: checked in the HTTP process (400 on a bad value), read by the worker |
+| ``sglang.srt.speculative.eagle_utils.eagle_sample`` (:521; returns ``predict``, ``accept_lens``, ``accept_index``), ``EagleVerifyInput.draft_token`` / ``retrieve_next_token`` / ``draft_token_num`` / ``tree_topk``, ``ScheduleBatch.reqs[i].rid`` | BENCHMARK-ONLY synthetic acceptance (``engine/synthetic_acceptance.py``, only when ``SGLANG_FASER_SYNTHETIC_ACCEPTANCE`` is set) |
 | ``sglang.srt.speculative.eagle_utils``: ``_verify_uses_greedy`` (:485), ``tree_speculative_sampling_target_only``, ``top_k_renorm_prob``, ``top_p_renorm_prob`` | on CPU, verify by speculative sampling instead of SGLang's greedy-only path |
 """
 
@@ -228,3 +229,11 @@ def verify_passes_supported(worker) -> bool:
 
     backend = getattr(worker.target_worker.model_runner, "attn_backend", None)
     return worker.topk == 1 and isinstance(backend, IntelAMXAttnBackend)
+
+
+# -- benchmark-only synthetic acceptance (engine/synthetic_acceptance.py) ------------------------------------
+def hook_eagle_sample(hook) -> None:
+    """AROUND ``eagle_utils.eagle_sample`` (:521); the registry also rebinds ``eagle_worker_common``'s import."""
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register("sglang.srt.speculative.eagle_utils.eagle_sample", hook, HookType.AROUND)

@@ -57,7 +57,7 @@ class FaserWorkerMixin:
         super().__init__(*args, **kwargs)
         self.faser_window = self.speculative_num_steps
         self.faser_config = FaserConfig.from_env()
-        self.faser = LengthController(self.faser_config, window=self.faser_window)
+        self.faser = LengthController(self.faser_config, window=self.faser_window, calibration_sweeps=2)
         self.faser_tiers: DepthTiers | None = None
         self.faser_verify_path = "stock-tree"
         self.faser_draft_path = "full-depth"  # "cut" once a step drafted only what each request needs

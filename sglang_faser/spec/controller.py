@@ -9,6 +9,10 @@ The SGLang worker calls it three times per decode step:
 
 It also keeps the counters FASER's telemetry reports (proposed, verified, accepted tokens; chosen lengths).
 
+Start-up sweep (``calibration_sweeps``): the first (window + 1) x sweeps steps of an adaptive server run every
+depth 0..max_len in turn with uniform lengths; the first sweep warms each depth up (first use of a runtime state is
+a one-off stall), the measured draft, draft-extend and verify times of the others become the cost model's prior (the verify side also gets dummy passes before the first step, engine/profiler.py).
+
 Exploration: a cost model fitted only to the depths the policy likes cannot tell what other depths would cost
 (every sample has the same shape). Every ``explore_every``-th step therefore runs at a random depth, with each
 request's length clipped to it; output stays lossless, only that step's speed is at stake.
@@ -22,7 +26,7 @@ import numpy as np
 
 from sglang_faser.spec.acceptance import AcceptanceTracker
 from sglang_faser.spec.config import FaserConfig, Mode
-from sglang_faser.spec.cost_model import StepCostModel
+from sglang_faser.spec.cost_model import DRAFT, StepCostModel
 from sglang_faser.spec.policy import make_policy
 
 
@@ -76,6 +80,7 @@ class LengthController:
         cost: StepCostModel | None = None,
         explore_every: int | None = None,
         seed: int = 0,
+        calibration_sweeps: int = 0,
     ):
         """``window``: the draft positions the server reserves per request (SGLang's speculative_num_steps)."""
         self.window = window
@@ -84,6 +89,7 @@ class LengthController:
         self.cost = cost or StepCostModel()
         self.counters = LengthCounters()
         self._pending: tuple[list[str], np.ndarray] | None = None
+        self.calibration_steps = calibration_sweeps * (window + 1)
         if explore_every is not None:
             config = config.replace(explore_every=explore_every)
         self.apply_config(config)
@@ -117,8 +123,16 @@ class LengthController:
         mins = np.minimum(mins, limit)
         lengths = self.policy.plan(self.tracker.accept_probs(rids), limit, mins, self.cost).lengths
         c = self.counters
-        explored = not padded and self.explore_every > 0 and c.steps % self.explore_every == self.explore_every - 1
-        if explored:
+        if self.calibrating and not padded and self.config.mode is Mode.ADAPTIVE:
+            # start-up profile of the draft side: the first steps sweep every depth with uniform lengths, so the
+            # cost model's prior holds real draft and draft-extend times of this machine at each depth
+            depth = c.steps % (self.max_len + 1)
+            lengths = np.clip(np.full(batch, depth, dtype=np.int64), mins, limit)
+            explored = True
+        else:
+            explored = (not padded and self.explore_every > 0
+                        and c.steps % self.explore_every == self.explore_every - 1)
+        if explored and not self.calibrating:
             depth = int(self._rng.integers(0, self.max_len + 1))
             lengths = np.maximum(np.minimum(lengths, depth), np.minimum(mins, depth))
         depth = self.window if padded else int(lengths.max(initial=0))
@@ -150,8 +164,19 @@ class LengthController:
         self.counters.drafted += rows
         self.counters.draft_skipped += skipped
 
+    @property
+    def calibrating(self) -> bool:
+        return self.counters.steps < self.calibration_steps
+
     def record_phase(self, phase: str, batch: int, size: int, ms: float) -> None:
-        self.cost.record(phase, batch, size, ms)
+        """A measured phase time; during the start-up sweep it joins the cost model's profile prior."""
+        if self.counters.steps <= self.calibration_steps:
+            if self.counters.steps > self.window + 1:  # the first sweep only warms each depth's runtime state up
+                self.cost.add_profile_sample(phase, batch, size, ms)
+            if self.counters.steps == self.calibration_steps and phase == DRAFT:
+                self.cost.refit()
+        else:
+            self.cost.record(phase, batch, size, ms)
 
     def forget(self, rid: str) -> None:
         self.tracker.forget(rid)

@@ -75,7 +75,8 @@ def test_sure_and_hopeless_requests_get_different_lengths_in_one_batch(tiny_suit
         return sum(k * n for k, n in enumerate(histogram)) / sum(histogram)
 
     sure_meta, hopeless_meta = outs[0]["meta_info"], outs[1]["meta_info"]
-    assert sure_meta["spec_accept_rate"] > 0.8  # rate is over the full window; FASER may propose fewer
+    proposed = sum(k * n for k, n in enumerate(sure_meta["spec_cap_lens_histogram"]))
+    assert sure_meta["spec_num_correct_drafts"] >= 0.8 * proposed > 0  # what FASER proposed there was accepted
     assert hopeless_meta["spec_num_correct_drafts"] == 0
     assert mean_length(outs[0]) > mean_length(outs[1])
     assert outs[1]["meta_info"]["spec_cap_lens_histogram"][0] > 0  # the hopeless request was given length 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from sglang_faser.spec.config import FaserConfig
 from sglang_faser.spec.controller import LengthController
@@ -58,3 +59,20 @@ def test_a_latency_critical_request_keeps_speculating_when_the_policy_would_stop
     controller = LengthController(FaserConfig(mode="fixed", fixed_len=0), window=4, explore_every=0)
     assert controller.decide(["a", "b"]).lengths.tolist() == [0, 0]
     assert controller.decide(["a", "b"], floors=np.array([1, 0])).lengths.tolist() == [1, 0]
+
+
+def test_start_up_sweep_runs_every_depth_and_feeds_the_profile_prior():
+    controller = LengthController(FaserConfig(), window=3, explore_every=0, calibration_sweeps=2)
+    controller.cost.draft_coef[:] = 99.0  # the default prior is replaced by the sweep's measurements
+    depths = []
+    for _ in range(8):
+        decision = controller.decide(["a", "b"], caps=np.array([3, 1]))
+        depths.append(decision.lengths.tolist())
+        controller.record_phase("verify", 2, int(decision.lengths.sum()) + 2, 1.0 + decision.lengths.sum())
+        stall = 100.0 if len(depths) <= 4 else 0.0  # first use of each depth: a one-off stall, ignored
+        controller.record_phase("draft", 2, decision.depth, 0.5 + 2 * decision.depth + stall)
+    assert depths == [[0, 0], [1, 1], [2, 1], [3, 1]] * 2  # every depth, clipped to each request's cap
+    assert not controller.calibrating
+    assert controller.cost.draft_ms(2, 3) == pytest.approx(6.5, rel=0.05)  # fitted from the sweep
+    fixed = LengthController(FaserConfig(mode="fixed", fixed_len=1), window=3, explore_every=0, calibration_sweeps=2)
+    assert fixed.decide(["a"]).lengths.tolist() == [1]  # fixed mode is never swept

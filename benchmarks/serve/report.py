@@ -1,0 +1,77 @@
+"""The serving benchmark's markdown table and plots, from ``results[arrivals][config][rate]`` rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .metrics import rate_order
+
+
+def _fmt(value, pattern: str = "{:.2f}") -> str:
+    return "-" if value is None else pattern.format(value)
+
+
+def chosen_length(row: dict):
+    """FASER's mean length per request-step: the server's counters, else the per-request histograms."""
+    return row.get("chosen_length_mean") if row.get("chosen_length_mean") is not None else row.get("mean_spec_length")
+
+
+def markdown(results: dict, meta: dict) -> str:
+    title = "# Serving benchmark"
+    if meta.get("synthetic_acceptance"):
+        title += " — SYNTHETIC ACCEPTANCE (benchmark-only mode; outputs are not the model's)"
+    lines = [title, "", f"`{json.dumps(meta)}`", ""]
+    for arrivals, table in results.items():
+        for rate in sorted({r for runs in table.values() for r in runs}, key=rate_order):
+            lines += [f"## {arrivals} arrivals, rate {rate} req/s", "",
+                      "| config | out tok/s | vs no-spec | vs best fixed | TTFT p50 / p99 s | TPOT p50 / p99 ms "
+                      "| e2e mean / p50 / p99 s | accept len | chosen len | pruned share | failed |",
+                      "|---|---|---|---|---|---|---|---|---|---|---|"]
+            for config, runs in table.items():
+                row = runs.get(rate)
+                if row is None:
+                    continue
+                ttft, tpot, e2e = row["ttft_s"], row["tpot_s"], row["e2e_s"]
+                lines.append(
+                    f"| {config} | {row['output_tokens_per_s']:.1f} | {_fmt(row.get('vs_no_spec'), '{:.2f}x')} | "
+                    f"{_fmt(row.get('vs_best_fixed'), '{:.2f}x')} | {ttft['p50']:.3f} / {ttft['p99']:.3f} | "
+                    f"{tpot['p50'] * 1e3:.1f} / {tpot['p99'] * 1e3:.1f} | "
+                    f"{e2e['mean']:.2f} / {e2e['p50']:.2f} / {e2e['p99']:.2f} | {_fmt(row['accept_length'])} | "
+                    f"{_fmt(chosen_length(row))} | {_fmt(row['pruned_share'])} | {row['failed']} |")
+            best = next((runs[rate].get("best_fixed") for runs in table.values() if rate in runs), None)
+            lines += ["", f"best fixed length here: {best}", ""]
+    lines += ["accept len: SGLang's tokens per verify step (bonus included), mean over requests; chosen len: draft "
+              "tokens FASER proposed per request-step (FASER configurations); pruned share: verify rows skipped by "
+              "early pruning. Ratios are output tokens/s against configurations measured in the same run.", ""]
+    return "\n".join(lines)
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(results), 3, figsize=(15, 4 * len(results)), squeeze=False)
+    for row_axes, (arrivals, table) in zip(axes, results.items()):
+        for config, runs in table.items():
+            rates = sorted(runs, key=rate_order)
+            xs = [rate_order(r) if rate_order(r) != float("inf") else 0.0 for r in rates]
+            row_axes[0].plot(xs, [runs[r]["output_tokens_per_s"] for r in rates], marker="o", label=config)
+            row_axes[1].plot(xs, [runs[r]["e2e_s"]["p99"] for r in rates], marker="o", label=config)
+            lengths = [chosen_length(runs[r]) for r in rates]
+            if any(v is not None for v in lengths):
+                row_axes[2].plot(xs, [v if v is not None else float("nan") for v in lengths], marker="o",
+                                 label=config)
+        titles = ("output tokens/s", "p99 end-to-end latency (s)", "mean chosen length (FASER)")
+        for ax, title in zip(row_axes, titles):
+            ax.set_xlabel("request rate (req/s)")
+            ax.set_title(f"{title}, {arrivals} arrivals")
+            ax.grid(alpha=0.3)
+        row_axes[0].legend(fontsize=7)
+        if row_axes[2].lines:
+            row_axes[2].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,132 @@
+"""BENCHMARK-ONLY synthetic acceptance: drafts are accepted at a per-request rate, not by comparing tokens.
+
+Why: real model shapes with random weights (``--load-format dummy``) measure GPU timing faithfully but accept
+almost no drafts, and SGLang's own ``SGLANG_SIMULATE_ACC_LEN`` gives every request of a batch the same length, so
+neither can show what per-request lengths are for. Here each request gets its own acceptance rate ``p`` drawn
+once from ``[low, high]`` (a hash of its rid and the seed), and at every verify step its drafts are accepted one
+by one with probability ``p`` until the first rejection, never past the chain FASER left it. The committed tokens
+are the draft tokens themselves plus the target's token after the last accepted one, so the server keeps running
+normally; **the outputs are not the model's**.
+
+Off unless ``SGLANG_FASER_SYNTHETIC_ACCEPTANCE`` is set (``benchmarks/serve_bench.py --synthetic-acceptance``
+sets it); the plugin then installs :func:`around_eagle_sample` and logs a warning in every scheduler. Chain drafts
+only (``--speculative-eagle-topk 1``). Parsing and the draws are plain Python/numpy, tested without an engine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+ENV_VAR = "SGLANG_FASER_SYNTHETIC_ACCEPTANCE"
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SyntheticAcceptance:
+    low: float
+    high: float
+    seed: int = 0
+
+    def __post_init__(self):
+        if not (0.0 <= self.low <= self.high <= 1.0):
+            raise ValueError(f"need 0 <= LOW <= HIGH <= 1, got {self.low}:{self.high}")
+
+    @classmethod
+    def parse(cls, spec: str) -> SyntheticAcceptance:
+        """``LOW:HIGH`` or ``LOW:HIGH:SEED``, e.g. ``0.3:0.95``."""
+        parts = spec.split(":")
+        if len(parts) not in (2, 3):
+            raise ValueError(f"expected LOW:HIGH[:SEED], got {spec!r}")
+        try:
+            return cls(float(parts[0]), float(parts[1]), int(parts[2]) if len(parts) == 3 else 0)
+        except ValueError as exc:
+            raise ValueError(f"expected LOW:HIGH[:SEED] with numbers, got {spec!r} ({exc})") from None
+
+    def to_env(self) -> str:
+        return json.dumps({"low": self.low, "high": self.high, "seed": self.seed})
+
+    @classmethod
+    def from_env(cls) -> SyntheticAcceptance | None:
+        raw = os.environ.get(ENV_VAR)
+        if not raw:
+            return None
+        try:
+            fields = json.loads(raw)
+            return cls(float(fields["low"]), float(fields["high"]), int(fields.get("seed", 0)))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{ENV_VAR} must be JSON {{low, high, seed}}: {exc}") from None
+
+    def rate(self, rid: str) -> float:
+        """The request's acceptance rate: fixed for its lifetime, the same in every process."""
+        digest = hashlib.sha256(f"{self.seed}:{rid}".encode()).digest()
+        return self.low + (self.high - self.low) * (int.from_bytes(digest[:8], "little") / 2**64)
+
+    @staticmethod
+    def draw(rates: np.ndarray, chain_lengths: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Accepted drafts per request: leading successes of Bernoulli(rate) trials, at most the chain length."""
+        width = int(chain_lengths.max(initial=0))
+        if width == 0:
+            return np.zeros(len(rates), dtype=np.int64)
+        hits = rng.random((len(rates), width)) < rates[:, None]
+        leading = np.cumprod(hits, axis=1).sum(axis=1)
+        return np.minimum(leading, chain_lengths).astype(np.int64)
+
+
+def around_eagle_sample(original, verify_input, batch, logits_output, *args, **kwargs):
+    """AROUND ``eagle_utils.eagle_sample``: keep its shapes, replace what it accepted by the synthetic draw."""
+    predict, accept_lens, accept_index = original(verify_input, batch, logits_output, *args, **kwargs)
+    bs = accept_lens.shape[0]
+    if bs == 0 or verify_input.tree_topk != 1:
+        return predict, accept_lens, accept_index
+    import torch
+
+    setting, rng = _state()
+    width = verify_input.draft_token_num
+    next_token = verify_input.retrieve_next_token.reshape(bs, width)
+    chains = (next_token != -1).to(torch.int64).cumprod(dim=1).sum(dim=1).clamp(max=width - 1)
+    rates = np.array([setting.rate(req.rid) for req in batch.reqs[:bs]])
+    accepted = torch.as_tensor(setting.draw(rates, chains.cpu().numpy(), rng), device=predict.device)
+
+    positions = torch.arange(width, device=predict.device)
+    rows = torch.arange(bs, device=predict.device)
+    candidates = verify_input.draft_token.reshape(bs, width).to(predict.dtype)
+    target = logits_output.next_token_logits.argmax(dim=-1).reshape(bs, width).to(predict.dtype)
+    drafts_after = torch.cat([candidates[:, 1:], candidates[:, :1]], dim=1)  # [j]: the draft at node j + 1
+    grid = predict.view(bs, width)
+    grid.copy_(torch.where(positions[None, :] < accepted[:, None], drafts_after, grid))
+    grid[rows, accepted] = target[rows, accepted]  # the target's token after the last accepted draft
+    index_width = accept_index.shape[1]
+    slots = positions[:index_width]
+    new_index = torch.where(slots[None, :] <= accepted[:, None], rows[:, None] * width + slots[None, :], -1)
+    accept_index.copy_(new_index.to(accept_index.dtype))
+    return predict, (accepted + 1).to(accept_lens.dtype), accept_index
+
+
+_STATE: tuple[SyntheticAcceptance, np.random.Generator] | None = None
+
+
+def _state() -> tuple[SyntheticAcceptance, np.random.Generator]:
+    global _STATE
+    if _STATE is None:
+        setting = SyntheticAcceptance.from_env()
+        _STATE = (setting, np.random.default_rng(setting.seed + os.getpid()))
+    return _STATE
+
+
+def install() -> bool:
+    """Hook SGLang's verify sampling when the variable is set (plugin start-up, every process)."""
+    setting = SyntheticAcceptance.from_env()
+    if setting is None:
+        return False
+    from sglang_faser.engine import touchpoints
+
+    touchpoints.hook_eagle_sample(around_eagle_sample)
+    logger.warning("SYNTHETIC ACCEPTANCE ON (benchmark only): drafts accepted at per-request rates in [%s, %s]; "
+                   "outputs are not the model's", setting.low, setting.high)
+    return True
