@@ -52,7 +52,7 @@ def run_config(name: str, flags: list[str], args, workloads: dict, progress) -> 
     """Start one server, drive every (arrivals, rate) workload against it: ``{arrivals: {rate: row}}``."""
     from sglang_faser.server_process import ServerProcess
 
-    log = RESULTS / "logs" / f"serve_bench_{args.tag}_{name}.log"
+    log = args.out_dir / "logs" / f"serve_bench_{args.tag}_{name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     server = ServerProcess(server_flags(flags, args), log_path=log)
     rows: dict = {}
@@ -65,7 +65,9 @@ def run_config(name: str, flags: list[str], args, workloads: dict, progress) -> 
                 before = telemetry.read_counters(server.url)
                 results, wall = drive(server.url, requests, progress)
                 delta = telemetry.counters_delta(before, telemetry.read_counters(server.url))
-                rows.setdefault(arrivals, {})[rate] = metrics.summarise(results, wall, delta)
+                row = metrics.summarise(results, wall, delta)
+                row["load_avg_1m"] = os.getloadavg()[0]  # a shared machine's other work shows up here
+                rows.setdefault(arrivals, {})[rate] = row
     finally:
         server.stop()
     return rows
@@ -79,10 +81,12 @@ def build_workloads(args, n: int, max_new: int, rates: list[float]) -> dict:
 
 
 def synthetic_acceptance(spec: str | None) -> dict | None:
-    if not spec:
-        return None
+    """Only an explicit flag turns the benchmark-only mode on; a variable left in the environment is dropped."""
     from sglang_faser.engine.synthetic_acceptance import ENV_VAR, SyntheticAcceptance
 
+    os.environ.pop(ENV_VAR, None)
+    if not spec:
+        return None
     setting = SyntheticAcceptance.parse(spec)  # ValueError with the reason on a bad range
     os.environ[ENV_VAR] = setting.to_env()  # inherited by every server this run starts
     return {"low": setting.low, "high": setting.high, "seed": setting.seed}
@@ -113,6 +117,7 @@ def parse_args(argv):
                         help="BENCHMARK ONLY: accept drafts at per-request rates drawn from [LOW, HIGH]")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tag", help="results file suffix (default: quick or full)")
+    parser.add_argument("--out-dir", type=Path, default=RESULTS, help="where results and server logs go")
     args = parser.parse_args(argv)
     args.tag = args.tag or ("quick" if args.quick else "full")
     if args.burstiness is not None:
@@ -144,24 +149,33 @@ def main(argv: list[str] | None = None) -> int:
     total = len(names) * sum(len(r) for by_rate in workloads.values() for r in by_rate.values())
     results: dict = {arrivals: {} for arrivals in workloads}
     began = time.time()
+    failed_configs = {}  # a server that does not start costs its rows, not the whole run
     with tqdm(total=total, desc="requests", unit="req") as progress:
         for name in names:
             progress.set_postfix_str(name)
-            for arrivals, rows in run_config(name, all_configs[name], args, workloads, progress).items():
-                results[arrivals][name] = rows
+            try:
+                for arrivals, rows in run_config(name, all_configs[name], args, workloads, progress).items():
+                    results[arrivals][name] = rows
+            except (RuntimeError, TimeoutError, OSError) as exc:
+                failed_configs[name] = str(exc)[-2000:]
+                print(f"\n{name}: server failed, skipped: {str(exc)[-300:]}", file=sys.stderr)
     for table in results.values():
         metrics.add_ratios(table)
+        metrics.check_lossless(table)  # greedy speculation must not change a token (synthetic runs excepted)
     meta = {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
             "arrivals": list(workloads), "gamma_cv": args.cv, "requests_per_rate": n, "max_new_tokens": max_new,
             "algorithm": args.algorithm, "window": args.window, "model": args.model_path or "embedded default",
-            "server_args": args.server_arg, "synthetic_acceptance": args.synthetic,
+            "server_args": args.server_arg, "synthetic_acceptance": args.synthetic, "failed_configs": failed_configs,
             "minutes": round((time.time() - began) / 60, 1)}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    stem = RESULTS / f"serve_bench_{args.tag}"
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    stem = args.out_dir / f"serve_bench_{args.tag}"
     stem.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1) + "\n")
     text = report.markdown(results, meta)
     stem.with_suffix(".md").write_text(text)
-    report.plot(results, stem.with_suffix(".png"))
+    try:
+        report.plot(results, stem.with_suffix(".png"))
+    except ImportError as exc:  # e.g. a GPU image without matplotlib: the JSON and the table are written already
+        print(f"no plot: {exc}")
     print(text)
     print(f"wrote {stem}.{{json,md,png}}")
     return 0

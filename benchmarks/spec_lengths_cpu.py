@@ -21,6 +21,7 @@ import argparse
 import json
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -28,26 +29,17 @@ from pathlib import Path
 
 import requests
 
-from sglang_faser.models.tiny import CYCLE_SPLIT, ensure_tiny_suite
-from sglang_faser.server_process import ServerProcess
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.serve import configs as serve_configs  # noqa: E402
+from sglang_faser.models.tiny import CYCLE_SPLIT, ensure_tiny_suite  # noqa: E402
+from sglang_faser.server_process import ServerProcess  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 
 
 def configurations() -> dict[str, list[str]]:
-    def spec(k: int, mode: str) -> list[str]:
-        return [
-            "--speculative-algorithm", "STANDALONE",
-            "--speculative-num-steps", str(k),
-            "--speculative-eagle-topk", "1",
-            "--speculative-num-draft-tokens", str(k + 1),
-            "--faser-mode", mode,
-        ]  # fmt: skip
-
-    configs = {"no-spec": []}
-    configs.update({f"fixed-{k}": spec(k, "off") for k in (1, 3, 5)})
-    configs["faser"] = spec(5, "adaptive")
-    return configs
+    return serve_configs.configurations("STANDALONE", window=5, fixed=(1, 3, 5), adaptive=False, frontiers=())
 
 
 def workload(n: int) -> list[list[int]]:

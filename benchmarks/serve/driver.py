@@ -22,6 +22,7 @@ class Result:
     accept_length: float | None = None  # SGLang's spec_accept_length (tokens per verify step)
     mean_cap: float | None = None  # mean per-step speculative length FASER gave this request
     error: str = ""
+    text: str = ""  # the whole greedy output (SGLang streams cumulative text), to compare configurations
 
     @property
     def tpot(self) -> float:
@@ -50,6 +51,7 @@ async def _one(session, url: str, request: Request, start: float, progress) -> R
             result.e2e = time.perf_counter() - sent
         meta = last["meta_info"]
         result.output_tokens = int(meta["completion_tokens"])
+        result.text = last.get("text", "")
         result.accept_length = meta.get("spec_accept_length")
         histogram = meta.get("spec_cap_lens_histogram")
         if histogram and sum(histogram):

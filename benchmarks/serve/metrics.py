@@ -42,7 +42,22 @@ def summarise(results, wall_s: float, telemetry_delta: dict | None = None) -> di
         "chosen_length_histogram": delta.get("length_histogram"),  # [k]: request-steps given length k
         "pruned_share": pruned_share,  # verify rows skipped by early pruning / rows verified or skipped
         "wall_s": wall_s,
+        "outputs": [r.text if r.ok else None for r in results],  # in request order; dropped after the check
     }
+
+
+def check_lossless(table: dict[str, dict[str, dict]]) -> None:
+    """Per rate: how many greedy outputs equal no-spec's for the same request (then drop the texts)."""
+    for runs in table.values():
+        for rate, row in runs.items():
+            base = table.get("no-spec", {}).get(rate, {}).get("outputs")
+            mine = row.get("outputs")
+            if base is not None and mine is not None:
+                pairs = [(a, b) for a, b in zip(mine, base) if a is not None and b is not None]
+                row["same_output_as_no_spec"] = f"{sum(a == b for a, b in pairs)}/{len(pairs)}"
+    for runs in table.values():
+        for row in runs.values():
+            row.pop("outputs", None)
 
 
 def rate_order(rate: str) -> float:

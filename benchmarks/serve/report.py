@@ -21,13 +21,15 @@ def markdown(results: dict, meta: dict) -> str:
     title = "# Serving benchmark"
     if meta.get("synthetic_acceptance"):
         title += " — SYNTHETIC ACCEPTANCE (benchmark-only mode; outputs are not the model's)"
-    lines = [title, "", f"`{json.dumps(meta)}`", ""]
+    failed = meta.get("failed_configs") or {}
+    lines = [title, "", f"`{json.dumps({k: v for k, v in meta.items() if k != 'failed_configs'})}`", ""]
+    lines += [f"**{name}: the server failed, no rows** ({reason.splitlines()[0][:200]})" for name, reason in failed.items()]
     for arrivals, table in results.items():
         for rate in sorted({r for runs in table.values() for r in runs}, key=rate_order):
             lines += [f"## {arrivals} arrivals, rate {rate} req/s", "",
                       "| config | out tok/s | vs no-spec | vs best fixed | TTFT p50 / p99 s | TPOT p50 / p99 ms "
-                      "| e2e mean / p50 / p99 s | accept len | chosen len | pruned share | failed |",
-                      "|---|---|---|---|---|---|---|---|---|---|---|"]
+                      "| e2e mean / p50 / p99 s | accept len | chosen len | pruned share | same output as no-spec | failed |",
+                      "|---|---|---|---|---|---|---|---|---|---|---|---|"]
             for config, runs in table.items():
                 row = runs.get(rate)
                 if row is None:
@@ -38,7 +40,8 @@ def markdown(results: dict, meta: dict) -> str:
                     f"{_fmt(row.get('vs_best_fixed'), '{:.2f}x')} | {ttft['p50']:.3f} / {ttft['p99']:.3f} | "
                     f"{tpot['p50'] * 1e3:.1f} / {tpot['p99'] * 1e3:.1f} | "
                     f"{e2e['mean']:.2f} / {e2e['p50']:.2f} / {e2e['p99']:.2f} | {_fmt(row['accept_length'])} | "
-                    f"{_fmt(chosen_length(row))} | {_fmt(row['pruned_share'])} | {row['failed']} |")
+                    f"{_fmt(chosen_length(row))} | {_fmt(row['pruned_share'])} | "
+                    f"{row.get('same_output_as_no_spec', '-')} | {row['failed']} |")
             best = next((runs[rate].get("best_fixed") for runs in table.values() if rate in runs), None)
             lines += ["", f"best fixed length here: {best}", ""]
     lines += ["accept len: SGLang's tokens per verify step (bonus included), mean over requests; chosen len: draft "
@@ -66,6 +69,8 @@ def plot(results: dict, path: Path) -> None:
                                  label=config)
         titles = ("output tokens/s", "p99 end-to-end latency (s)", "mean chosen length (FASER)")
         for ax, title in zip(row_axes, titles):
+            if all(0 < x < float("inf") for line in ax.lines for x in line.get_xdata()):
+                ax.set_xscale("log", base=2)
             ax.set_xlabel("request rate (req/s)")
             ax.set_title(f"{title}, {arrivals} arrivals")
             ax.grid(alpha=0.3)

@@ -1,16 +1,21 @@
 """Carry what the offline GPU machine lacks in pieces of at most 64 MiB (route B of shared/docs/gpu-bringup.md).
 
-Run here (network to package registries only):
+Run here (network to package registries only), in the repository root:
 
     python scripts/gpu_bringup/carry.py plan                 # what would be downloaded, and the pip command
-    python scripts/gpu_bringup/carry.py download --out DIR   # pip download the cp312 wheels, slim sglang-kernel,
-                                                             # build the sglang-faser wheel
-    python scripts/gpu_bringup/carry.py split DIR --pieces P # cut every file into <= 60 MiB pieces + manifest.json
+    python scripts/gpu_bringup/carry.py download --out .gpu/whl   # pip download the cp312 wheels, slim
+                                                             # sglang-kernel, build the sglang-faser wheel
+    python scripts/gpu_bringup/carry.py pack .gpu/whl --out .gpu  # one tar cut into .gpu/p00, p01, ... (60 MiB)
+    (``split DIR --pieces P`` / ``join P --out DIR`` do the same per file, without the tar)
 
-Then each piece goes through the device tool (``carry``), and on the GPU machine:
+``.gpu/`` is git-ignored, so it travels only when named in the device tool's ``carry``. Then one device call
+per folder, back to back (a gap of more than ~30 s gives the machine back and loses what was staged), each
+carrying ``.gpu/pNN`` and starting with ``mkdir -p $HOME/sgl/stage && cp .gpu/pNN/* $HOME/sgl/stage/``; the last
+call goes on with
 
-    python scripts/gpu_bringup/carry.py join P --out WHEELS  # reassemble, check every sha256
-    bash scripts/gpu_bringup/remote.sh WHEELS                # install, start the server, run the benchmark
+    bash scripts/gpu_bringup/remote.sh install $HOME/sgl/stage   # unpack + verify, install, probe, models
+    bash scripts/gpu_bringup/remote.sh bench                     # serve_bench in the background
+    bash scripts/gpu_bringup/remote.sh wait 540                  # in later calls: poll, results into $OUT
 
 Route B keeps the image's torch 2.11 and carries sglang 0.5.23 with sglang-kernel 0.4.6 (built for torch 2.11),
 flashinfer, and the pure-Python packages the server imports that the image lacks (gpu-bringup.md §4).
@@ -28,7 +33,10 @@ import zipfile
 from pathlib import Path
 
 PIECE_BYTES = 60 * 1024 * 1024  # under the device tool's 64 MiB per call
-PYTHON, PLATFORM = "3.12", "manylinux_2_34_x86_64"
+PYTHON = "3.12"
+# pip matches --platform tags exactly (no implied older manylinux), so name every one a wheel may carry;
+# the image has glibc >= 2.34 (sglang's own wheel is manylinux_2_34)
+PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (17, 18, 24, 26, 27, 28, 31, 34)] + ["manylinux2014_x86_64", "any"]
 ROUTE_B = [
     "sglang==0.5.23", "sglang-kernel==0.4.6", "flashinfer-python==0.7.2", "transformers==5.19.0",
     "apache-tvm-ffi==0.1.11", "xgrammar==0.2.7", "fastapi==0.165.0", "starlette==1.10.0", "uvicorn==0.54.0",
@@ -39,15 +47,17 @@ ROUTE_B = [
     "ipython==9.18.1", "jedi", "parso", "traitlets", "prompt_toolkit", "wcwidth", "pexpect", "ptyprocess",
     "stack-data", "executing", "asttokens", "pure_eval", "matplotlib-inline", "ipython_pygments_lexers",
     "zstandard", "datasets==5.2.0", "multiprocess", "watchfiles", "interegular", "opentelemetry-api",
-    # sglang-faser's own needs beyond the image
-    "grpcio", "grpcio-health-checking", "grpcio-reflection", "protobuf", "prometheus-client", "aiohttp", "tqdm",
+    # sglang-faser's own needs beyond the image, pinned as in requirements/cpu-lock.txt
+    "grpcio==1.85.1", "grpcio-health-checking==1.85.1", "grpcio-reflection==1.85.1", "protobuf==7.36.2",
+    "prometheus_client==0.26.0", "tqdm==4.70.1", "aiohttp==3.14.5", "aiohappyeyeballs==2.7.1", "aiosignal==1.4.0",
+    "frozenlist==1.8.0", "multidict==7.2.1", "propcache==0.5.4", "yarl==1.25.1", "attrs==26.1.0",  # the driver
 ]
 SLIM = re.compile(r"sgl_kernel/(flash_ops\.abi3\.so|sm100/|infllm_ops|flashmla_ops)")
 
 
 def pip_download_command(out: Path, packages: list[str] | None = None) -> list[str]:
     return [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version", PYTHON,
-            "--platform", PLATFORM, "--platform", "manylinux2014_x86_64", "--platform", "any", "-d", str(out),
+            "--implementation", "cp", *(arg for tag in PLATFORMS for arg in ("--platform", tag)), "-d", str(out),
             *(packages or ROUTE_B)]
 
 
@@ -108,6 +118,47 @@ def join(pieces: Path, out: Path) -> list[Path]:
     return written
 
 
+def pack(directory: Path, out: Path, piece_bytes: int = PIECE_BYTES) -> list[Path]:
+    """One tar of ``directory`` cut into pieces, each in its own folder ``out/pNN`` (one device call carries one).
+
+    Every folder also holds the small manifest, so whichever folders reach the GPU machine can be checked there.
+    """
+    import shutil
+    import tarfile
+
+    out.mkdir(parents=True, exist_ok=True)
+    staging = out / "staging"
+    staging.mkdir(exist_ok=True)
+    with tarfile.open(staging / "bundle.tar", "w") as tar:
+        tar.add(directory, arcname=directory.name)
+    flat = out / "flat"
+    split(staging, flat, piece_bytes)
+    shutil.rmtree(staging)
+    manifest = flat / "manifest.json"
+    folders = []
+    for index, part in enumerate(sorted(flat.glob("bundle.tar.part*"))):
+        folder = out / f"p{index:02d}"
+        folder.mkdir(exist_ok=True)
+        part.replace(folder / part.name)
+        shutil.copy(manifest, folder / manifest.name)
+        folders.append(folder)
+    shutil.rmtree(flat)
+    return folders
+
+
+def unpack(stage: Path, out: Path) -> Path:
+    """Join the pieces copied into ``stage`` (checking every sha256) and untar; returns the unpacked folder."""
+    import tarfile
+
+    (bundle,) = join(stage, stage / "joined")
+    out.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(bundle) as tar:
+        names = {member.name.split("/")[0] for member in tar.getmembers()}
+        tar.extractall(out, filter="data")
+    bundle.unlink()
+    return out / sorted(names)[0]
+
+
 def download(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     subprocess.run(pip_download_command(out), check=True)
@@ -131,6 +182,14 @@ def main(argv: list[str] | None = None) -> int:
     glue = sub.add_parser("join")
     glue.add_argument("pieces", type=Path)
     glue.add_argument("--out", type=Path, required=True)
+    bundle = sub.add_parser("pack", help="tar DIR, cut it into folders OUT/pNN of at most --piece-mib each")
+    bundle.add_argument("directory", type=Path)
+    bundle.add_argument("--out", type=Path, required=True)
+    bundle.add_argument("--piece-mib", type=int, default=PIECE_BYTES >> 20,
+                        help="piece size; the repository travels too, so keep piece + repo under 64 MiB")
+    opened = sub.add_parser("unpack", help="on the GPU machine: join the staged pieces, check, untar")
+    opened.add_argument("stage", type=Path)
+    opened.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.command == "plan":
         print(" ".join(pip_download_command(Path("WHEELS"))))
@@ -144,6 +203,11 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "join":
         for path in join(args.pieces, args.out):
             print(path)
+    elif args.command == "pack":
+        folders = pack(args.directory, args.out, args.piece_mib << 20)
+        print(f"{len(folders)} folders: carry one per device call, back to back: {' '.join(map(str, folders))}")
+    elif args.command == "unpack":
+        print(unpack(args.stage, args.out))
     return 0
 
 

@@ -1,17 +1,70 @@
 #!/usr/bin/env bash
-# On the GPU machine (no network): install the carried wheels over the image's torch 2.11, start sglang-faser on
-# real model shapes with dummy weights, and run the serving benchmark against it (shared/docs/gpu-bringup.md).
-#   bash scripts/gpu_bringup/remote.sh WHEELS [MODEL_DIR]
-# MODEL_DIR: a config.json + tokenizer for --load-format dummy (default: the embedded tiny model's shapes).
+# On the offline GPU machine (route B of shared/docs/gpu-bringup.md), from the repository root:
+#
+#   bash scripts/gpu_bringup/remote.sh install STAGE   # join + verify the carried pieces, pip install --target,
+#                                                      # probe the image, write the dummy-weight model folders
+#   bash scripts/gpu_bringup/remote.sh bench [ARGS]    # start serve_bench in the background (it outlives the call)
+#   bash scripts/gpu_bringup/remote.sh wait [SECONDS]  # poll it; copy results and logs into $OUT when it ends
+#
+# Device calls last at most 10 minutes and a lease 30, so the benchmark runs under setsid and later calls poll it.
+# Models: Llama-3-8B shapes with an EAGLE head and random weights (--load-format dummy), so acceptance comes from
+# serve_bench's BENCHMARK-ONLY --synthetic-acceptance (per-request rates, default 0.3:0.95; outputs are not the
+# model's). Set MODEL/DRAFT to a carried real pair (e.g. the Qwen2.5-Coder 1.5B/0.5B HF folders) and ACCEPT=none
+# to measure real acceptance instead; LOAD_FORMAT=auto then loads their weights.
 set -euo pipefail
-WHEELS=${1:?wheel directory}
-MODEL=${2:-}
-SITE=${SITE:-$PWD/.gpu-site}
-python3 -m pip install --no-index --no-deps --target "$SITE" "$WHEELS"/*.whl
-export PYTHONPATH="$SITE:$PWD:${PYTHONPATH:-}"
+S=${S:-$HOME/sgl}
+mkdir -p "$S"
+export PYTHONPATH="$PWD:$S/site${PYTHONPATH:+:$PYTHONPATH}"   # the repo's sglang_faser over the carried wheel's
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 export SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1 PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1
-python3 -c "import torch, sglang, sgl_kernel; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
-args=(--tag gpu --server-arg=--attention-backend --server-arg=triton --server-arg=--sampling-backend
-      --server-arg=pytorch)
-if [ -n "$MODEL" ]; then args+=(--model-path "$MODEL" --server-arg=--load-format --server-arg=dummy); fi
-python3 benchmarks/serve_bench.py "${args[@]}"
+export SGLANG_JIT_CACHE_DIR=$S/jit FLASHINFER_WORKSPACE_BASE=$S TRITON_CACHE_DIR=$S/triton
+export PATH="$(dirname "$(command -v python3)"):$PATH"
+if [ -d "$S/site/nvidia/cu13/include" ]; then export CPATH="$S/site/nvidia/cu13/include${CPATH:+:$CPATH}"; fi
+
+command=${1:?install STAGE | bench [serve_bench args] | wait [seconds]}
+shift
+case "$command" in
+install)
+  stage=${1:?the folder the pieces were copied into}
+  wheels=$(python3 scripts/gpu_bringup/carry.py unpack "$stage" --out "$S")
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$S/site" "$wheels"/*.whl
+  python3 -V; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+  ldd --version | head -1; which nvcc c++ ninja || true
+  python3 -c "import torch, triton, sglang, sgl_kernel, sglang_faser.engine.plugin as p; \
+print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available(), 'triton', triton.__version__, \
+'sglang', sglang.__version__)"
+  python3 scripts/gpu_bringup/make_models.py "$S/m"
+  ;;
+bench)
+  model=${MODEL:-$S/m/llama8b} draft=${DRAFT:-$S/m/llama8b-eagle} accept=${ACCEPT:-0.3:0.95}
+  args=(--tag gpu --out-dir "$S/results" --model-path "$model" --draft-model-path "$draft" --algorithm EAGLE
+        --max-total-tokens 262144 --server-timeout 540
+        --server-arg=--load-format --server-arg="${LOAD_FORMAT:-dummy}"
+        --server-arg=--attention-backend --server-arg=triton --server-arg=--sampling-backend --server-arg=pytorch
+        --server-arg=--mem-fraction-static --server-arg=0.8 --server-arg=--cuda-graph-max-bs-decode
+        --server-arg=64)
+  if [ "$accept" != none ]; then args+=(--synthetic-acceptance "$accept"); fi
+  if [ $# -eq 0 ]; then   # what fits a lease: 6 servers, 3 rates, Poisson and Gamma
+    set -- --configs no-spec fixed-1 fixed-3 fixed-5 sglang-adaptive faser --rates 4 16 64 --requests 64 \
+           --max-new-tokens 128
+  fi
+  rm -f "$S/bench.rc"
+  setsid nohup bash -c 'python3 benchmarks/serve_bench.py "$@"; echo $? > "'"$S"'/bench.rc"' _ "${args[@]}" "$@" \
+    > "$S/bench.log" 2>&1 < /dev/null &
+  echo "serve_bench started (pid $!); log $S/bench.log"
+  ;;
+wait)
+  deadline=$((SECONDS + ${1:-540}))
+  while [ ! -f "$S/bench.rc" ] && [ $SECONDS -lt $deadline ]; do sleep 10; done
+  tail -c 3000 "$S/bench.log" | tr '\r' '\n' | tail -25
+  if [ -n "${OUT:-}" ]; then
+    cp "$S"/results/serve_bench_gpu.* "$OUT"/ 2>/dev/null || true
+    tail -c 4000000 "$S/bench.log" > "$OUT/bench.log"
+    (cd "$S/results" && tar -czf "$OUT/server_logs.tgz" logs 2>/dev/null) || true
+  fi
+  if [ -f "$S/bench.rc" ]; then exit "$(cat "$S/bench.rc")"; else echo "still running"; fi
+  ;;
+*)
+  echo "unknown command $command (install, bench, wait)" >&2; exit 2
+  ;;
+esac

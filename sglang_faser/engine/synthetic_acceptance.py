@@ -10,7 +10,10 @@ normally; **the outputs are not the model's**.
 
 Off unless ``SGLANG_FASER_SYNTHETIC_ACCEPTANCE`` is set (``benchmarks/serve_bench.py --synthetic-acceptance``
 sets it); the plugin then installs :func:`around_eagle_sample` and logs a warning in every scheduler. Chain drafts
-only (``--speculative-eagle-topk 1``). Parsing and the draws are plain Python/numpy, tested without an engine.
+only (``--speculative-eagle-topk 1``). Meant for SGLang's one-pass verify (GPU backends): with FASER's CPU frontier
+passes, early pruning still follows the real tokens, so rows it skipped may be "accepted" here with KV never
+computed, which only a synthetic run can tolerate. Parsing and the draws are plain Python/numpy, tested without an
+engine.
 """
 
 from __future__ import annotations
@@ -44,9 +47,10 @@ class SyntheticAcceptance:
         if len(parts) not in (2, 3):
             raise ValueError(f"expected LOW:HIGH[:SEED], got {spec!r}")
         try:
-            return cls(float(parts[0]), float(parts[1]), int(parts[2]) if len(parts) == 3 else 0)
-        except ValueError as exc:
-            raise ValueError(f"expected LOW:HIGH[:SEED] with numbers, got {spec!r} ({exc})") from None
+            low, high, seed = float(parts[0]), float(parts[1]), int(parts[2]) if len(parts) == 3 else 0
+        except ValueError:
+            raise ValueError(f"expected LOW:HIGH[:SEED] with numbers, got {spec!r}") from None
+        return cls(low, high, seed)
 
     def to_env(self) -> str:
         return json.dumps({"low": self.low, "high": self.high, "seed": self.seed})
@@ -115,7 +119,7 @@ def _state() -> tuple[SyntheticAcceptance, np.random.Generator]:
     global _STATE
     if _STATE is None:
         setting = SyntheticAcceptance.from_env()
-        _STATE = (setting, np.random.default_rng(setting.seed + os.getpid()))
+        _STATE = (setting, np.random.default_rng(setting.seed))  # the same draws on every tensor-parallel rank
     return _STATE
 
 

@@ -20,7 +20,10 @@ def test_plan_downloads_cp312_wheels_of_route_b():
     command = carry.pip_download_command(Path("W"))
     assert command[1:4] == ["-m", "pip", "download"] and "--only-binary=:all:" in command
     assert command[command.index("--python-version") + 1] == "3.12"
-    assert "sglang==0.5.23" in command and "sglang-kernel==0.4.6" in command and "grpcio" in command
+    assert "sglang==0.5.23" in command and "sglang-kernel==0.4.6" in command and "grpcio==1.85.1" in command
+    platforms = {command[i + 1] for i, arg in enumerate(command) if arg == "--platform"}
+    assert {"manylinux_2_27_x86_64", "manylinux_2_34_x86_64", "manylinux2014_x86_64", "any"} <= platforms
+    assert len({name.split("==")[0].lower().replace("_", "-") for name in carry.ROUTE_B}) == len(carry.ROUTE_B)
     assert not any(name.startswith("torch") for name in carry.ROUTE_B)  # route B keeps the image's torch
 
 
@@ -67,3 +70,53 @@ def test_download_fetches_a_cp312_manylinux_wheel_and_it_survives_the_carry(tmp_
     carry.split(wheels, tmp_path / "pieces", piece_bytes=256 * 1024)
     (joined,) = carry.join(tmp_path / "pieces", tmp_path / "out")
     assert joined.read_bytes() == wheel.read_bytes() and zipfile.is_zipfile(joined)
+
+
+def test_pack_puts_one_piece_per_folder_and_unpack_restores_the_tree(tmp_path):
+    wheels = tmp_path / "whl"
+    wheels.mkdir()
+    payload = {"a-1.0-py3-none-any.whl": os.urandom(9_000), "b-2.0-cp312-cp312-manylinux_2_34_x86_64.whl": b"b" * 10}
+    for name, data in payload.items():
+        (wheels / name).write_bytes(data)
+    folders = carry.pack(wheels, tmp_path / "gpu", piece_bytes=4096)
+    assert [f.name for f in folders] == [f"p{i:02d}" for i in range(len(folders))] and len(folders) >= 3
+    for folder in folders:  # each device call carries one folder: one piece and the manifest
+        assert sorted(p.name for p in folder.iterdir())[-1] == "manifest.json" and len(list(folder.iterdir())) == 2
+    stage = tmp_path / "stage"  # on the GPU machine every call copies its folder here
+    stage.mkdir()
+    for folder in folders:
+        for item in folder.iterdir():
+            (stage / item.name).write_bytes(item.read_bytes())
+    unpacked = carry.unpack(stage, tmp_path / "sgl")
+    assert unpacked.name == "whl" and {p.name: p.read_bytes() for p in unpacked.iterdir()} == payload
+    (stage / "manifest.json").unlink()
+    with pytest.raises(FileNotFoundError):
+        carry.unpack(stage, tmp_path / "again")
+
+
+def test_dummy_weight_models_have_real_shapes_and_a_tokenizer_sglang_accepts(tmp_path):
+    spec = importlib.util.spec_from_file_location("make_models", ROOT / "scripts" / "gpu_bringup" / "make_models.py")
+    make_models = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_models)
+    folders = make_models.write_models(tmp_path, vocab=512)
+    from transformers import AutoConfig, AutoTokenizer
+
+    target, head = AutoConfig.from_pretrained(folders[0]), AutoConfig.from_pretrained(folders[1])
+    assert (target.hidden_size, target.num_hidden_layers, target.num_key_value_heads) == (4096, 32, 8)
+    assert head.architectures == ["LlamaForCausalLMEagle"] and head.num_hidden_layers == 1
+    tok = AutoTokenizer.from_pretrained(folders[1])
+    ids = tok("w7 w500 hello").input_ids
+    assert ids == [7, 500, 3] and tok.decode(ids) == "w7 w500 <unk>"
+    from sglang.srt.configs.model_config import ModelConfig
+
+    assert ModelConfig(str(folders[0])).hf_config.vocab_size == 512
+
+
+def test_remote_script_parses_and_refuses_an_unknown_step(tmp_path):
+    import subprocess
+
+    script = ROOT / "scripts" / "gpu_bringup" / "remote.sh"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    done = subprocess.run(["bash", str(script), "reboot"], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "S": str(tmp_path)})
+    assert done.returncode == 2 and "unknown command reboot" in done.stderr

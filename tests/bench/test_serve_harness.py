@@ -61,3 +61,56 @@ def test_summary_and_ratios():
     assert faser["best_fixed"] == "fixed-3"
     assert faser["vs_best_fixed"] == pytest.approx(1.25) and faser["vs_no_spec"] == pytest.approx(1.5)
     assert faser["p99_e2e_vs_no_spec"] == pytest.approx(0.5)
+
+
+def test_counter_deltas_give_chosen_lengths_and_pruned_share():
+    from benchmarks.serve.telemetry import counters_delta
+
+    before = {"steps": 5, "requests": 10, "proposed": 20, "verified": 30, "pruned": 0, "length_histogram": [1, 2]}
+    after = {"steps": 9, "requests": 30, "proposed": 80, "verified": 90, "pruned": 30,
+             "length_histogram": [1, 4, 0, 16]}
+    delta = counters_delta(before, after)
+    assert delta["length_histogram"] == [0, 2, 0, 16] and delta["requests"] == 20
+    assert counters_delta(None, after) is None and counters_delta(before, None) is None
+    row = metrics.summarise([Result("chat", True, ttft=0.1, e2e=1.0, output_tokens=4)], 1.0, delta)
+    assert row["chosen_length_mean"] == pytest.approx(3.0)  # 60 drafts over 20 request-steps
+    assert row["pruned_share"] == pytest.approx(30 / 90) and row["chosen_length_histogram"] == [0, 2, 0, 16]
+    assert metrics.summarise([], 1.0, None)["pruned_share"] is None
+
+
+def test_configurations_map_to_launcher_flags():
+    from benchmarks.serve.configs import QUICK, configurations
+
+    configs = configurations("EAGLE", window=7)
+    assert list(configs) == ["no-spec", "fixed-1", "fixed-3", "fixed-5", "fixed-7", "sglang-adaptive", "faser",
+                             "faser-frontier-2"]
+    assert set(QUICK) <= set(configs) and configs["no-spec"] == []
+    fixed3 = configs["fixed-3"]
+    assert fixed3[fixed3.index("--speculative-num-draft-tokens") + 1] == "4" and "off" in fixed3
+    assert "--speculative-adaptive" in configs["sglang-adaptive"] and "--faser-mode" not in configs["faser"]
+    assert configs["faser-frontier-2"][-2:] == ["--faser-frontier-size", "2"]
+
+
+def test_report_orders_rates_numerically_and_labels_synthetic_runs(tmp_path):
+    from benchmarks.serve import report
+
+    row = metrics.summarise([Result("chat", True, ttft=0.1, e2e=1.0, output_tokens=4, accept_length=2.0)], 2.0)
+    results = {"poisson": {"no-spec": {"16.0": dict(row), "2.0": dict(row)}, "faser": {"2.0": dict(row)}}}
+    metrics.add_ratios(results["poisson"])
+    text = report.markdown(results, {"synthetic_acceptance": {"low": 0.2, "high": 0.9}})
+    assert "SYNTHETIC ACCEPTANCE" in text.splitlines()[0]
+    assert text.index("rate 2.0 req/s") < text.index("rate 16.0 req/s")
+    assert sorted(["trace", "16.0", "2.0"], key=metrics.rate_order) == ["2.0", "16.0", "trace"]
+    report.plot(results, tmp_path / "p.png")
+    assert (tmp_path / "p.png").stat().st_size > 10_000
+
+
+def test_lossless_check_counts_outputs_equal_to_no_spec_and_drops_the_texts():
+    def row(*texts):
+        return metrics.summarise([Result("chat", True, output_tokens=2, text=t) for t in texts], 1.0)
+
+    table = {"no-spec": {"4.0": row("a", "b", "c")}, "faser": {"4.0": row("a", "x", "c")}}
+    metrics.check_lossless(table)
+    assert table["faser"]["4.0"]["same_output_as_no_spec"] == "2/3"
+    assert table["no-spec"]["4.0"]["same_output_as_no_spec"] == "3/3"
+    assert all("outputs" not in r for runs in table.values() for r in runs.values())
