@@ -6,8 +6,9 @@ applies what a CPU-only machine needs (sglang-on-cpu.md §5-6):
 * ``SGLANG_USE_CPU_ENGINE=1`` and ``--device cpu`` when only the sgl_kernel stand-in is available;
 * ``--attention-backend intel_amx`` (the one CPU backend that can verify drafts) with the platform reporting AMX,
   and ``--disable-cuda-graph``;
-* with no ``--model-path``, the embedded default: a tiny model generated offline on first use; asking for
-  ``--speculative-algorithm EAGLE`` or ``STANDALONE`` without a draft path picks the matching embedded draft.
+* with no ``--model-path``, the embedded default: the small trained pair shipped in ``sglang_faser/models/
+  small_pair`` (a random tiny model generated offline if it is missing); asking for ``--speculative-algorithm
+  EAGLE`` or ``STANDALONE`` without a draft path picks the matching embedded draft (EAGLE head or small Llama).
 
 The FASER settings reach SGLang's scheduler processes as JSON in ``SGLANG_FASER_CONFIG``. Unless
 ``--faser-control off``, the gRPC control service (``control/``) starts beside the engine on 127.0.0.1:50051.
@@ -23,9 +24,6 @@ from sglang_faser.launch_flags import ControlFlags, build_parser, parse_launch_a
 from sglang_faser.spec.config import ENV_VAR
 
 logger = logging.getLogger("sglang_faser.launch_server")
-
-_EMBEDDED_DRAFTS = {"EAGLE": "eagle", "STANDALONE": "standalone"}
-
 
 def _flag_value(argv: list[str], flag: str) -> str | None:
     for i, arg in enumerate(argv):
@@ -44,13 +42,13 @@ def apply_cpu_and_model_defaults(argv: list[str], on_cpu: bool) -> list[str]:
     """Return SGLang's argv with the embedded model and CPU settings filled in where the user gave none."""
     argv = list(argv)
     if not _has_flag(argv, "--model-path", "--model"):
-        from sglang_faser.models.tiny import ensure_tiny_suite
+        from sglang_faser.models.small_pair import embedded_default
 
-        suite = ensure_tiny_suite()
-        argv += ["--model-path", str(suite.target)]
+        target, drafts = embedded_default()
+        argv += ["--model-path", str(target)]
         algorithm = (_flag_value(argv, "--speculative-algorithm") or "").upper()
-        if algorithm in _EMBEDDED_DRAFTS and not _has_flag(argv, "--speculative-draft-model-path"):
-            argv += ["--speculative-draft-model-path", str(getattr(suite, _EMBEDDED_DRAFTS[algorithm]))]
+        if algorithm in drafts and not _has_flag(argv, "--speculative-draft-model-path"):
+            argv += ["--speculative-draft-model-path", str(drafts[algorithm])]
         if on_cpu and not _has_flag(argv, "--dtype"):
             argv += ["--dtype", "float32"]
     if on_cpu:

@@ -42,6 +42,21 @@ def tiny_suite(faser_cache):
 
 
 @pytest.fixture(scope="session")
+def embedded_target(tiny_suite):
+    """What the launcher serves with no --model-path: the shipped small pair's target (else the tiny target)."""
+    from sglang_faser.models.small_pair import embedded_default
+
+    return embedded_default()[0]
+
+
+@pytest.fixture(scope="session")
+def embedded_tokenizer(embedded_target):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(embedded_target)
+
+
+@pytest.fixture(scope="session")
 def tokenizer(tiny_suite):
     from transformers import AutoTokenizer
 

@@ -29,8 +29,8 @@ def _generate(url, text, stream=False, max_new=MAX_NEW):
     return last
 
 
-def _reference(tiny_suite, tokenizer, hf_greedy, text, max_new=MAX_NEW):
-    return hf_greedy(tiny_suite.target, tokenizer(text).input_ids, max_new)
+def _reference(target, tokenizer, hf_greedy, text, max_new=MAX_NEW):
+    return hf_greedy(target, tokenizer(text).input_ids, max_new)
 
 
 def _delta_histogram(before, after):
@@ -40,7 +40,7 @@ def _delta_histogram(before, after):
     return [b - a for a, b in zip(old, new)]
 
 
-def test_set_max_len_while_requests_stream(control_server, stub, tiny_suite, tokenizer, hf_greedy):
+def test_set_max_len_while_requests_stream(control_server, stub, embedded_target, embedded_tokenizer, hf_greedy):
     target, url = control_server.control_target, control_server.url
     restore_default_policy(stub)
     faserctl(target, "set-policy", "--min-len", "3")  # long drafts before the change, so the cap shows
@@ -64,23 +64,23 @@ def test_set_max_len_while_requests_stream(control_server, stub, tiny_suite, tok
         t.join(timeout=300)
     assert not errors, errors
     for text in PROMPTS:  # nothing in flight was dropped or restarted, and output stays the target's own
-        assert results[text]["output_ids"] == _reference(tiny_suite, tokenizer, hf_greedy, text, 96)
+        assert results[text]["output_ids"] == _reference(embedded_target, embedded_tokenizer, hf_greedy, text, 96)
     fresh = [_generate(url, text) for text in PROMPTS]
     for text, out in zip(PROMPTS, fresh):
-        assert out["output_ids"] == _reference(tiny_suite, tokenizer, hf_greedy, text)
+        assert out["output_ids"] == _reference(embedded_target, embedded_tokenizer, hf_greedy, text)
     delta = _delta_histogram(after_ack, telemetry(target))
     assert sum(delta) > 0 and sum(delta[3:]) == 0, delta  # no request got more than 2 draft tokens
     assert telemetry(target)["policy_version"] == reply["version"]
 
 
-def test_mode_off_proposes_nothing(control_server, stub, tiny_suite, tokenizer, hf_greedy):
+def test_mode_off_proposes_nothing(control_server, stub, embedded_target, embedded_tokenizer, hf_greedy):
     target, url = control_server.control_target, control_server.url
     faserctl(target, "set-policy", "--mode", "off")
     before = telemetry(target)
     outs = [_generate(url, text) for text in PROMPTS[:2]]
     after = telemetry(target)
     for text, out in zip(PROMPTS, outs):
-        assert out["output_ids"] == _reference(tiny_suite, tokenizer, hf_greedy, text)
+        assert out["output_ids"] == _reference(embedded_target, embedded_tokenizer, hf_greedy, text)
     assert after["total"]["steps"] > before["total"]["steps"]
     assert after["total"]["tokens"]["proposed"] == before["total"]["tokens"]["proposed"]
     restore_default_policy(stub)

@@ -27,11 +27,12 @@ def server(tiny_suite, tmp_path_factory):
         yield proc
 
 
-def test_generate_serves_the_embedded_model_greedily(server, tiny_suite, tokenizer, hf_greedy):
+def test_generate_serves_the_embedded_model_greedily(server, embedded_target, embedded_tokenizer, hf_greedy):
+    tokenizer = embedded_tokenizer
     prompt = "Beautiful is better than ugly"
     body = {"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": 16, "ignore_eos": True}}
     out = requests.post(server.url + "/generate", json=body, timeout=120).json()
-    expected = hf_greedy(tiny_suite.target, tokenizer(prompt).input_ids, 16)
+    expected = hf_greedy(embedded_target, tokenizer(prompt).input_ids, 16)
     assert out["output_ids"] == expected
     assert out["text"] == tokenizer.decode(expected, skip_special_tokens=True)
     assert out["meta_info"]["spec_verify_ct"] > 0
