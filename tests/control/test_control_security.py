@@ -59,12 +59,13 @@ def test_random_and_hostile_policies_are_answered_and_the_engine_keeps_serving(c
     assert requests.post(control_server.url + "/generate", json=body, timeout=120).status_code == 200
 
 
-def test_after_the_storm_outputs_are_still_the_targets(control_server, stub, tiny_suite, tokenizer, hf_greedy):
+def test_after_the_storm_outputs_are_still_the_targets(control_server, stub, embedded_target, embedded_tokenizer,
+                                                       hf_greedy):
     restore_default_policy(stub)
     text = "Errors should never pass silently"
     body = {"text": text, "sampling_params": {"temperature": 0, "max_new_tokens": 24, "ignore_eos": True}}
     out = requests.post(control_server.url + "/generate", json=body, timeout=120).json()
-    assert out["output_ids"] == hf_greedy(tiny_suite.target, tokenizer(text).input_ids, 24)
+    assert out["output_ids"] == hf_greedy(embedded_target, embedded_tokenizer(text).input_ids, 24)
 
 
 def _self_signed(tmp_path):
