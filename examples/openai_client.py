@@ -26,6 +26,9 @@ def run_all(url: str) -> dict:
     stream = client.chat.completions.create(model="default", messages=[{"role": "user", "content": "Hi"}],
                                             max_tokens=16, temperature=0, stream=True)
     out["chat_stream"] = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    stream = client.completions.create(model="default", prompt="Simple is better than", max_tokens=16,
+                                       temperature=0, stream=True)
+    out["completion_stream"] = "".join(chunk.choices[0].text for chunk in stream if chunk.choices)
     no_spec = client.completions.create(model="default", prompt="Readability counts", max_tokens=16,
                                         temperature=0, extra_body={"custom_params": {"faser": {"max_len": 0}}})
     out["no_speculation_for_this_request"] = no_spec.choices[0].text

@@ -57,7 +57,7 @@ def test_openai_client_gets_equal_greedy_completions(servers):
     on, off = openai_client.run_all(servers["on"].url), openai_client.run_all(servers["off"].url)
     assert on == off
     assert on["chat_n2"][0] == on["chat_n2"][1]  # greedy: both choices are the target's own continuation
-    assert len(on["completion_logprobs"]) > 0 and on["chat_stream"]
+    assert len(on["completion_logprobs"]) > 0 and on["chat_stream"] and on["completion_stream"]
 
 
 def _generate(url, text, custom_params=None, max_new=32):
