@@ -83,4 +83,17 @@ def telemetry_to_wire(report: dict, timestamp: float) -> pb.Telemetry:
         verify_path=report.get("verify_path", ""),
         draft_path=report.get("draft_path", ""),
         ranks=int(report.get("ranks", 1)),
+        model=_model(report.get("model")),
+    )
+
+
+def _model(data: dict | None) -> pb.PolicyModel:
+    if not data:  # an engine from before the model was reported
+        return pb.PolicyModel(verify_mape=math.nan, draft_mape=math.nan)
+    return pb.PolicyModel(
+        verify_coef=data["verify_coef"],
+        draft_coef=data["draft_coef"],
+        verify_mape=math.nan if data["verify_mape"] is None else data["verify_mape"],
+        draft_mape=math.nan if data["draft_mape"] is None else data["draft_mape"],
+        accept_by_position=data["accept_by_position"],
     )

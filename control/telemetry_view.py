@@ -59,7 +59,25 @@ def render(telemetry: pb.Telemetry) -> Group:
     table.add_row("acceptance by position", *(_acceptance(s) for s in spans))
     table.add_row("length histogram", *(" ".join(f"{k}:{n}" for k, n in enumerate(s.length_histogram) if n)
                                         for s in spans))
-    return Group(head, table)
+    return Group(head, table, _model_grid(telemetry.model))
+
+
+def _model_grid(model: pb.PolicyModel) -> Table:
+    """The policy's beliefs: why it picks the lengths it does."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_row("verify cost ms", f"{_coefs(model.verify_coef, ('', 'x req', 'x tok'))}  (error {_pct(model.verify_mape)})")
+    grid.add_row("draft cost ms", f"{_coefs(model.draft_coef, ('', 'x req', 'x step', 'x step x req'))}  "
+                                  f"(error {_pct(model.draft_mape)})")
+    grid.add_row("acceptance estimate", " ".join(f"{a:.2f}" for a in model.accept_by_position) or "-")
+    return grid
+
+
+def _coefs(values, names) -> str:
+    return " + ".join(f"{v:.3g}{' ' + n if n else ''}" for v, n in zip(values, names)) or "-"
+
+
+def _pct(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.0%}"
 
 
 def _acceptance(span: pb.Span) -> str:

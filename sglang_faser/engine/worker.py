@@ -254,6 +254,7 @@ class FaserWorkerMixin:
             "profile": self.faser_profile,
             "counters": dataclasses.asdict(self.faser.counters),
             "telemetry": self.faser_telemetry.snapshot(),
+            "model": self.faser.model_report(),
         }
 
     @staticmethod

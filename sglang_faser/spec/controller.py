@@ -26,7 +26,7 @@ import numpy as np
 
 from sglang_faser.spec.acceptance import AcceptanceTracker
 from sglang_faser.spec.config import FaserConfig, Mode
-from sglang_faser.spec.cost_model import DRAFT, StepCostModel
+from sglang_faser.spec.cost_model import DRAFT, VERIFY, StepCostModel
 from sglang_faser.spec.policy import make_policy
 
 
@@ -180,3 +180,14 @@ class LengthController:
 
     def forget(self, rid: str) -> None:
         self.tracker.forget(rid)
+
+    def model_report(self) -> dict:
+        """What the policy currently believes: fitted step costs (ms) and server-wide acceptance by position."""
+        cost = self.cost
+        return {
+            "verify_coef": [round(float(c), 4) for c in cost.verify_coef],
+            "draft_coef": [round(float(c), 4) for c in cost.draft_coef],
+            "verify_mape": cost.mean_abs_pct_error(VERIFY),
+            "draft_mape": cost.mean_abs_pct_error(DRAFT),
+            "accept_by_position": [round(float(a), 3) for a in self.tracker.global_accept_by_position],
+        }

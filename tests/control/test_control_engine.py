@@ -96,12 +96,16 @@ def test_telemetry_json_shares_add_up(control_server):
         assert shares["verify"] > 0
     assert snapshot["verify_path"] == "tiered/ragged-passes" and snapshot["draft_path"] in ("cut", "full-depth")
     assert len(snapshot["total"]["acceptance_by_position"]) <= WINDOW
+    model = snapshot["model"]  # the policy's beliefs, fitted on this machine
+    assert len(model["verify_coef"]) == 3 and len(model["draft_coef"]) == 4
+    assert all(c >= 0 for c in model["verify_coef"] + model["draft_coef"]) and sum(model["verify_coef"]) > 0
+    assert len(model["accept_by_position"]) == WINDOW and all(0 <= a <= 1 for a in model["accept_by_position"])
 
 
 def test_table_watch_and_status(control_server):
     target = control_server.control_target
     table = faserctl(target, "telemetry").stdout
-    assert "share verify" in table and "tokens proposed" in table
+    assert "share verify" in table and "tokens proposed" in table and "verify cost ms" in table
     watched = faserctl(target, "telemetry", "--json", "--watch", "--interval", "0.2", "--count", "3").stdout
     assert len([json.loads(line) for line in watched.splitlines()]) == 3
     status = json.loads(faserctl(target, "status").stdout)

@@ -76,3 +76,16 @@ def test_start_up_sweep_runs_every_depth_and_feeds_the_profile_prior():
     assert controller.cost.draft_ms(2, 3) == pytest.approx(6.5, rel=0.05)  # fitted from the sweep
     fixed = LengthController(FaserConfig(mode="fixed", fixed_len=1), window=3, explore_every=0, calibration_sweeps=2)
     assert fixed.decide(["a"]).lengths.tolist() == [1]  # fixed mode is never swept
+
+
+def test_model_report_shows_the_fitted_costs_and_the_acceptance_it_learned():
+    controller = LengthController(FaserConfig(mode="fixed", fixed_len=1), window=3, explore_every=0)
+    before = controller.model_report()
+    assert before["verify_mape"] is None and len(before["accept_by_position"]) == 3
+    for _ in range(40):
+        controller.decide(["a", "b"])
+        controller.observe([0, 0])  # every first draft rejected
+        controller.record_phase("verify", 2, 4, 2.0)
+    after = controller.model_report()
+    assert after["accept_by_position"][0] < before["accept_by_position"][0] / 2
+    assert after["verify_mape"] is not None and len(after["verify_coef"]) == 3 and len(after["draft_coef"]) == 4

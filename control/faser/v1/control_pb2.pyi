@@ -118,8 +118,22 @@ class Span(_message.Message):
     committed_tokens_per_s: float
     def __init__(self, seconds: _Optional[float] = ..., shares: _Optional[_Union[PhaseShares, _Mapping]] = ..., tokens: _Optional[_Union[TokenCounts, _Mapping]] = ..., steps: _Optional[int] = ..., mean_batch_size: _Optional[float] = ..., acceptance_by_position: _Optional[_Iterable[float]] = ..., length_histogram: _Optional[_Iterable[int]] = ..., committed_tokens_per_s: _Optional[float] = ...) -> None: ...
 
+class PolicyModel(_message.Message):
+    __slots__ = ("verify_coef", "draft_coef", "verify_mape", "draft_mape", "accept_by_position")
+    VERIFY_COEF_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_COEF_FIELD_NUMBER: _ClassVar[int]
+    VERIFY_MAPE_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_MAPE_FIELD_NUMBER: _ClassVar[int]
+    ACCEPT_BY_POSITION_FIELD_NUMBER: _ClassVar[int]
+    verify_coef: _containers.RepeatedScalarFieldContainer[float]
+    draft_coef: _containers.RepeatedScalarFieldContainer[float]
+    verify_mape: float
+    draft_mape: float
+    accept_by_position: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, verify_coef: _Optional[_Iterable[float]] = ..., draft_coef: _Optional[_Iterable[float]] = ..., verify_mape: _Optional[float] = ..., draft_mape: _Optional[float] = ..., accept_by_position: _Optional[_Iterable[float]] = ...) -> None: ...
+
 class Telemetry(_message.Message):
-    __slots__ = ("timestamp", "policy_version", "policy", "window", "total", "window_seconds", "verify_path", "draft_path", "ranks")
+    __slots__ = ("timestamp", "policy_version", "policy", "window", "total", "window_seconds", "verify_path", "draft_path", "ranks", "model")
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
@@ -129,6 +143,7 @@ class Telemetry(_message.Message):
     VERIFY_PATH_FIELD_NUMBER: _ClassVar[int]
     DRAFT_PATH_FIELD_NUMBER: _ClassVar[int]
     RANKS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     timestamp: float
     policy_version: int
     policy: Policy
@@ -138,7 +153,8 @@ class Telemetry(_message.Message):
     verify_path: str
     draft_path: str
     ranks: int
-    def __init__(self, timestamp: _Optional[float] = ..., policy_version: _Optional[int] = ..., policy: _Optional[_Union[Policy, _Mapping]] = ..., window: _Optional[_Union[Span, _Mapping]] = ..., total: _Optional[_Union[Span, _Mapping]] = ..., window_seconds: _Optional[float] = ..., verify_path: _Optional[str] = ..., draft_path: _Optional[str] = ..., ranks: _Optional[int] = ...) -> None: ...
+    model: PolicyModel
+    def __init__(self, timestamp: _Optional[float] = ..., policy_version: _Optional[int] = ..., policy: _Optional[_Union[Policy, _Mapping]] = ..., window: _Optional[_Union[Span, _Mapping]] = ..., total: _Optional[_Union[Span, _Mapping]] = ..., window_seconds: _Optional[float] = ..., verify_path: _Optional[str] = ..., draft_path: _Optional[str] = ..., ranks: _Optional[int] = ..., model: _Optional[_Union[PolicyModel, _Mapping]] = ...) -> None: ...
 
 class GetTelemetryRequest(_message.Message):
     __slots__ = ()
