@@ -58,7 +58,8 @@ def _span(data: dict) -> pb.Span:
     return pb.Span(
         seconds=data["seconds"],
         shares=pb.PhaseShares(**{k: data["shares"].get(k, 0.0) for k in
-                                 ("draft", "verify", "draft_extend", "prefill", "overlap", "idle")}),
+                                 ("draft", "verify", "draft_extend", "prefill", "schedule", "overlap",
+                                  "idle")}),
         tokens=pb.TokenCounts(**{k: int(tokens.get(k, 0)) for k in
                                  ("proposed", "verified", "accepted", "pruned", "committed", "drafted",
                                   "draft_skipped")}),

@@ -10,7 +10,7 @@ from rich.table import Table
 from control.convert import WIRE_TO_MODE
 from control.faser.v1 import control_pb2 as pb
 
-PHASES = ("draft", "verify", "draft_extend", "prefill", "overlap", "idle")
+PHASES = ("draft", "verify", "draft_extend", "prefill", "schedule", "overlap", "idle")
 TOKENS = ("proposed", "verified", "accepted", "pruned", "committed", "drafted", "draft_skipped")
 
 

@@ -82,6 +82,7 @@ class FaserWorkerMixin:
         self.faser_metrics = FaserMetrics.create({"worker": "faser"})
         self._faser_metrics_at = 0.0
         self._faser_phases: list[tuple[str, float, float]] = []
+        self._faser_last: tuple[float, frozenset, bool] | None = None  # last step's end, decode rids, was decode
         logger.info(
             "FASER worker on %s: window=%d topk=%d path=%s config=%s",
             type(self).__mro__[2].__name__,
@@ -96,16 +97,20 @@ class FaserWorkerMixin:
         decode = not (batch.forward_mode.is_extend() or batch.is_extend_in_batch)
         if self.faser_verify_path == "stock-tree" or batch.forward_mode.is_idle() or not batch.reqs:
             return super().forward_batch_generation(batch, *args, **kwargs)
+        began = time.perf_counter()
         if not decode:
-            began = time.perf_counter()
             result = super().forward_batch_generation(batch, *args, **kwargs)
-            self._faser_end_step([("prefill", began, time.perf_counter())], batch_size=0)
+            ended = time.perf_counter()
+            self._faser_end_step([("prefill", began, ended)], batch_size=0)
+            self._faser_last = (ended, self._faser_last[1] if self._faser_last else frozenset(), False)
             return result
 
         if self.faser_profile == "pending":
             self.faser_verify_layout = "ragged-passes" if touchpoints.verify_passes_supported(self) else "one-pass"
             self.faser_profile = seed_cost_model(self.faser.cost, self.target_worker, self.faser_window)
             logger.info("FASER verify layout: %s", self.faser_verify_layout)
+        rids = frozenset(req.rid for req in batch.reqs)
+        host, host_ms = self._host_gap(began, rids)
         controls = [parse_or_none(req.sampling_params.custom_params) for req in batch.reqs]
         window = self.faser_window
         decision = self.faser.decide(
@@ -119,8 +124,7 @@ class FaserWorkerMixin:
             self.faser_tiers.next_depth = decision.depth  # applied by activate_step_by_batch
         self._faser_verifier = self._frontier_verifier(batch, decision)
         self._faser_verify_ms = 0.0
-        self._faser_phases = []
-        start = time.perf_counter()
+        self._faser_phases = host
         try:
             with patched(self.draft_worker, "draft", self._draft_with_schedule(batch, decision)), patched(
                 self.draft_worker, "_draft_extend_for_decode", self._timed("draft_extend",
@@ -129,10 +133,13 @@ class FaserWorkerMixin:
                 result = super().forward_batch_generation(batch, *args, **kwargs)
         finally:
             self._faser_verifier = self._faser_decision = None
-        total_ms = (time.perf_counter() - start) * 1e3
+        ended = time.perf_counter()
+        self._faser_last = (ended, rids, True)
+        total_ms = (ended - began) * 1e3
         bs = len(batch.reqs)
-        # verify samples are recorded per target pass (FrontierVerifier.on_pass); the rest of the step is drafting
-        self.faser.record_phase(DRAFT, bs, decision.depth, max(total_ms - self._faser_verify_ms, 0.0))
+        # verify samples are recorded per target pass (FrontierVerifier.on_pass); the rest of the step, with the
+        # scheduler's host work since the last step, is the draft side's: a per-step cost longer drafts amortise
+        self.faser.record_phase(DRAFT, bs, decision.depth, max(total_ms - self._faser_verify_ms, 0.0) + host_ms)
         result.cap_lens = torch.as_tensor(decision.lengths, dtype=torch.int32)
         self._faser_end_step(self._faser_phases, batch_size=bs)
         if self.faser.counters.steps % 1000 == 0:
@@ -144,6 +151,16 @@ class FaserWorkerMixin:
                 np.round(cost.draft_coef, 3).tolist(),
             )
         return result
+
+    def _host_gap(self, began: float, rids: frozenset) -> tuple[list, float]:
+        """The scheduler's host work since the last step (results, streaming, batch building), as a ``schedule``
+        phase when some of these requests ran throughout it (otherwise the gap may be idle time); its
+        milliseconds count as step cost only between two decode steps, where one batch's work is all it holds."""
+        last = self._faser_last
+        if last is None or last[1].isdisjoint(rids) or began <= last[0]:
+            return [], 0.0
+        ended, _, after_decode = last
+        return [("schedule", ended, began)], (began - ended) * 1e3 if after_decode else 0.0
 
     def _draft_with_schedule(self, batch, decision: StepDecision):
         """``draft_worker.draft`` for this step: each draft forward runs only for requests that need its token,

@@ -1,17 +1,20 @@
 """Phase utilisation and token counters over a sliding window and since start (what ``faserctl telemetry`` shows).
 
 Each decode step the worker reports the wall-clock intervals in which its phases ran — ``draft``, ``verify``
-(target passes and SGLang's acceptance), ``draft_extend`` — and its cumulative ``LengthCounters``. From these the
+(target passes and SGLang's acceptance), ``draft_extend``, and ``schedule``: the scheduler's host work between two
+steps of running requests (results processed and streamed, the next batch built), which a saturated server spends
+every step and which must not pass for idle time — and its cumulative ``LengthCounters``. From these the
 recorder keeps cumulative totals and, for the window, the difference between now and the oldest snapshot inside it.
 
 Shares are fractions of wall time ``W`` (window length, or time since start):
 
-* ``draft``, ``verify``, ``draft_extend``, ``prefill``: time each phase was busy / W (own intervals merged);
+* ``draft``, ``verify``, ``draft_extend``, ``prefill``, ``schedule``: time each phase was busy / W (own intervals
+  merged);
 * ``overlap``: time two or more phases were busy at once / W (0 when phases run in turn, as on CPU);
-* ``idle``: time no phase was busy / W (no batch to run, scheduling, tokenisation, ...).
+* ``idle``: time no phase was busy / W (no batch to run, or host work before a prefill).
 
-So ``draft + verify + draft_extend + prefill - overlap + idle = 1`` when at most two phases overlap at any instant
-(true of FASER's pipeline: verify f beside draft f + 1).
+So ``draft + verify + draft_extend + prefill + schedule - overlap + idle = 1`` when at most two phases overlap at
+any instant (true of FASER's pipeline: verify f beside draft f + 1).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-PHASES = ("draft", "verify", "draft_extend", "prefill")
+PHASES = ("draft", "verify", "draft_extend", "prefill", "schedule")
 COUNTERS = ("steps", "requests", "proposed", "verified", "accepted", "pruned", "committed", "drafted",
             "draft_skipped")
 

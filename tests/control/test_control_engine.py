@@ -91,9 +91,10 @@ def test_telemetry_json_shares_add_up(control_server):
     snapshot = telemetry(control_server.control_target)
     for span in ("window", "total"):
         shares = snapshot[span]["shares"]
-        total = shares["draft"] + shares["verify"] + shares["draft_extend"] + shares["prefill"] - shares["overlap"]
+        total = sum(shares[p] for p in ("draft", "verify", "draft_extend", "prefill", "schedule")) - shares["overlap"]
         assert total + shares["idle"] == pytest.approx(1.0, abs=0.02), shares
         assert shares["verify"] > 0
+    assert snapshot["total"]["shares"]["schedule"] > 0  # host work between decode steps is not idle time
     assert snapshot["verify_path"] == "tiered/ragged-passes" and snapshot["draft_path"] in ("cut", "full-depth")
     assert len(snapshot["total"]["acceptance_by_position"]) <= WINDOW
     model = snapshot["model"]  # the policy's beliefs, fitted on this machine

@@ -44,7 +44,8 @@ def test_shares_add_up_to_one_with_overlap_and_idle():
     shares = snap["shares"]
     assert shares["draft"] == pytest.approx(0.5) and shares["verify"] == pytest.approx(0.5)
     assert shares["overlap"] == pytest.approx(0.25) and shares["idle"] == pytest.approx(0.25)
-    total = sum(shares[p] for p in ("draft", "verify", "draft_extend", "prefill")) - shares["overlap"] + shares["idle"]
+    total = sum(shares[p] for p in ("draft", "verify", "draft_extend", "prefill", "schedule")) - shares["overlap"]
+    total += shares["idle"]
     assert total == pytest.approx(1.0)
     assert snap["tokens"]["proposed"] == 4 and snap["committed_tokens_per_s"] == pytest.approx(3 / 4)
     assert snap["length_histogram"] == [0, 0, 2] and snap["acceptance_by_position"] == [1.0, 0.0]

@@ -65,20 +65,22 @@ class PolicyReply(_message.Message):
     def __init__(self, policy: _Optional[_Union[Policy, _Mapping]] = ..., version: _Optional[int] = ..., applied: _Optional[bool] = ...) -> None: ...
 
 class PhaseShares(_message.Message):
-    __slots__ = ("draft", "verify", "draft_extend", "prefill", "overlap", "idle")
+    __slots__ = ("draft", "verify", "draft_extend", "prefill", "overlap", "idle", "schedule")
     DRAFT_FIELD_NUMBER: _ClassVar[int]
     VERIFY_FIELD_NUMBER: _ClassVar[int]
     DRAFT_EXTEND_FIELD_NUMBER: _ClassVar[int]
     PREFILL_FIELD_NUMBER: _ClassVar[int]
     OVERLAP_FIELD_NUMBER: _ClassVar[int]
     IDLE_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     draft: float
     verify: float
     draft_extend: float
     prefill: float
     overlap: float
     idle: float
-    def __init__(self, draft: _Optional[float] = ..., verify: _Optional[float] = ..., draft_extend: _Optional[float] = ..., prefill: _Optional[float] = ..., overlap: _Optional[float] = ..., idle: _Optional[float] = ...) -> None: ...
+    schedule: float
+    def __init__(self, draft: _Optional[float] = ..., verify: _Optional[float] = ..., draft_extend: _Optional[float] = ..., prefill: _Optional[float] = ..., overlap: _Optional[float] = ..., idle: _Optional[float] = ..., schedule: _Optional[float] = ...) -> None: ...
 
 class TokenCounts(_message.Message):
     __slots__ = ("proposed", "verified", "accepted", "pruned", "committed", "drafted", "draft_skipped")
