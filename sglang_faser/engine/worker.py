@@ -124,6 +124,7 @@ class FaserWorkerMixin:
             self.faser_tiers.next_depth = decision.depth  # applied by activate_step_by_batch
         self._faser_verifier = self._frontier_verifier(batch, decision)
         self._faser_verify_ms = 0.0
+        self._faser_draft_rows = 0  # a depth-0 step drafts nothing (draft() is not called)
         self._faser_phases = host
         try:
             with patched(self.draft_worker, "draft", self._draft_with_schedule(batch, decision)), patched(
@@ -139,7 +140,8 @@ class FaserWorkerMixin:
         bs = len(batch.reqs)
         # verify samples are recorded per target pass (FrontierVerifier.on_pass); the rest of the step, with the
         # scheduler's host work since the last step, is the draft side's: a per-step cost longer drafts amortise
-        self.faser.record_phase(DRAFT, bs, decision.depth, max(total_ms - self._faser_verify_ms, 0.0) + host_ms)
+        self.faser.record_phase(DRAFT, bs, decision.depth, max(total_ms - self._faser_verify_ms, 0.0) + host_ms,
+                                rows=self._faser_draft_rows)
         result.cap_lens = torch.as_tensor(decision.lengths, dtype=torch.int32)
         self._faser_end_step(self._faser_phases, batch_size=bs)
         if self.faser.counters.steps % 1000 == 0:
@@ -184,7 +186,8 @@ class FaserWorkerMixin:
             passes = [(a, b) for phase, a, b in self._faser_phases if phase == "verify"]
             self._faser_phases += [("draft", a, b) for a, b in subtract(began, time.perf_counter(), passes)]
             self.faser_draft_path = cut.path
-            self.faser.record_drafting(cut.rows, cut.skipped)
+            self._faser_draft_rows = cut.rows
+            self.faser.record_drafting(cut.rows, cut.skipped, cut=cut.supported)
             return out
 
         return draft

@@ -160,23 +160,26 @@ class LengthController:
         self.counters.verified += verified_rows
         self.counters.pruned += pruned_rows
 
-    def record_drafting(self, rows: int, skipped: int) -> None:
+    def record_drafting(self, rows: int, skipped: int, cut: bool) -> None:
+        """One step's draft rows; ``cut``: the runtime drafted each request only as far as its length."""
         self.counters.drafted += rows
         self.counters.draft_skipped += skipped
+        self.cost.draft_cut = cut
 
     @property
     def calibrating(self) -> bool:
         return self.counters.steps < self.calibration_steps
 
-    def record_phase(self, phase: str, batch: int, size: int, ms: float) -> None:
-        """A measured phase time; during the start-up sweep it joins the cost model's profile prior."""
+    def record_phase(self, phase: str, batch: int, size: int, ms: float, rows: int | None = None) -> None:
+        """A measured phase time (``rows``: draft rows computed); during the start-up sweep it joins the cost
+        model's profile prior."""
         if self.counters.steps <= self.calibration_steps:
             if self.counters.steps > self.window + 1:  # the first sweep only warms each depth's runtime state up
-                self.cost.add_profile_sample(phase, batch, size, ms)
+                self.cost.add_profile_sample(phase, batch, size, ms, rows)
             if self.counters.steps == self.calibration_steps and phase == DRAFT:
                 self.cost.refit()
         else:
-            self.cost.record(phase, batch, size, ms)
+            self.cost.record(phase, batch, size, ms, rows)
 
     def forget(self, rid: str) -> None:
         self.tracker.forget(rid)

@@ -5,9 +5,14 @@ be measured on the hardware it runs on: the SGLang layer profiles it at start-up
 feeds it the measured time of every step. Two linear models, fitted by least squares with non-negative
 coefficients:
 
-    verify_ms(B, tokens) = v0 + v_req * B + v_tok * tokens            (one TARGET_VERIFY pass over `tokens` rows)
-    draft_ms(B, steps)   = d0 + d_req * B + steps * (d_step + d_step_req * B)   (draft steps plus draft-extend;
-                                                                                the extend runs even at 0 steps)
+    verify_ms(B, tokens)      = v0 + v_req * B + v_tok * tokens     (one TARGET_VERIFY pass over `tokens` rows)
+    draft_ms(B, steps, rows)  = d0 + d_req * B + d_step * steps + d_row * rows
+
+The draft side is the rest of the step: d0 + d_req * B is the draft-extend and bookkeeping that run even at
+0 steps, d_step each draft forward's fixed cost, d_row each request drafted in it. Drafting is cut per request
+(``engine/draft_cut.py``): forward s only runs for requests with k_i >= s + 2, so ``rows`` = sum(max(k_i - 1, 0))
+and a request held at k_i = 1 costs no draft row however deep the step goes. Where the cut is not available the
+draft runs every request to the step's depth: ``rows`` = B * (steps - 1) (:func:`full_depth_rows`).
 
 Profile samples stay as a prior; online samples live in a sliding window, so the fit follows load and thermal
 drift without forgetting the shape the profile established.
@@ -29,9 +34,19 @@ def _verify_features(batch, tokens) -> np.ndarray:
     return np.stack([np.ones_like(batch), batch, tokens], axis=-1)
 
 
-def _draft_features(batch, steps) -> np.ndarray:
-    batch, steps = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(steps, dtype=float))
-    return np.stack([np.ones_like(batch), batch, steps, steps * batch], axis=-1)
+def _draft_features(batch, steps, rows) -> np.ndarray:
+    batch, steps, rows = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (batch, steps, rows)))
+    return np.stack([np.ones_like(batch), batch, steps, rows], axis=-1)
+
+
+def full_depth_rows(batch, steps):
+    """Draft rows when every request is drafted to the step's depth (forward s makes token s + 2)."""
+    return np.asarray(batch) * np.maximum(np.asarray(steps) - 1, 0)
+
+
+def cut_rows(lengths: np.ndarray) -> int:
+    """Draft rows when each request is drafted only as far as its own length needs."""
+    return int(np.maximum(np.asarray(lengths) - 1, 0).sum())
 
 
 def _fit_nonnegative(x: np.ndarray, y: np.ndarray, fallback: np.ndarray) -> np.ndarray:
@@ -64,6 +79,7 @@ class StepCostModel:
     draft_coef: np.ndarray = field(default_factory=lambda: np.array([0.2, 0.0, 0.2, 0.0]))
     window: int = 256
     refit_every: int = 32
+    draft_cut: bool = False  # the runtime drafts each request only as far as its length (set by the worker)
 
     def __post_init__(self) -> None:
         self.verify_coef = np.asarray(self.verify_coef, dtype=float)
@@ -77,22 +93,30 @@ class StepCostModel:
         v0, v_req, v_tok = self.verify_coef
         return v0 + v_req * np.asarray(batch, dtype=float) + v_tok * np.asarray(tokens, dtype=float)
 
-    def draft_ms(self, batch, steps) -> np.ndarray:
-        """Drafting ``steps`` positions for ``batch`` requests, plus the draft-extend that keeps the draft current."""
-        d0, d_req, d_step, d_step_req = self.draft_coef
-        return d0 + d_req * batch + np.asarray(steps, dtype=float) * (d_step + d_step_req * batch)
+    def draft_ms(self, batch, steps, rows=None) -> np.ndarray:
+        """Drafting ``steps`` positions (``rows`` request-forwards in all; default: every request at every step)
+        for ``batch`` requests, plus the draft-extend that keeps the draft current."""
+        d0, d_req, d_step, d_row = self.draft_coef
+        rows = full_depth_rows(batch, steps) if rows is None else rows
+        return d0 + d_req * np.asarray(batch, dtype=float) + d_step * np.asarray(steps, dtype=float) + d_row * np.asarray(
+            rows, dtype=float)
 
-    def step_ms(self, batch, verify_tokens, draft_steps) -> np.ndarray:
-        return self.verify_ms(batch, verify_tokens) + self.draft_ms(batch, draft_steps)
+    def plan_rows(self, lengths: np.ndarray) -> int | None:
+        """Draft rows a plan costs on this runtime (None: every request to the depth, draft_ms's default)."""
+        return cut_rows(lengths) if self.draft_cut else None
+
+    def step_ms(self, batch, verify_tokens, draft_steps, draft_rows=None) -> np.ndarray:
+        return self.verify_ms(batch, verify_tokens) + self.draft_ms(batch, draft_steps, draft_rows)
 
     # -- measurements ------------------------------------------------------------------------------------
-    def add_profile_sample(self, phase: str, batch: int, size: int, ms: float) -> None:
-        """A start-up measurement: ``size`` is verified tokens (verify) or draft steps (draft)."""
-        self._prior[phase].append((self._features(phase, batch, size), float(ms)))
+    def add_profile_sample(self, phase: str, batch: int, size: int, ms: float, rows: int | None = None) -> None:
+        """A start-up measurement: ``size`` is verified tokens (verify) or draft steps (draft, with the draft
+        ``rows`` computed; default: every request at every step)."""
+        self._prior[phase].append((self._features(phase, batch, size, rows), float(ms)))
 
-    def record(self, phase: str, batch: int, size: int, ms: float) -> None:
+    def record(self, phase: str, batch: int, size: int, ms: float, rows: int | None = None) -> None:
         """An online measurement of a real step; the model is refitted every ``refit_every`` samples."""
-        self._online[phase].append((self._features(phase, batch, size), float(ms)))
+        self._online[phase].append((self._features(phase, batch, size, rows), float(ms)))
         self._since_refit += 1
         if self._since_refit >= self.refit_every:
             self.refit()
@@ -113,11 +137,11 @@ class StepCostModel:
                 self.draft_coef = fitted
 
     @staticmethod
-    def _features(phase: str, batch: int, size: int) -> np.ndarray:
+    def _features(phase: str, batch: int, size: int, rows: int | None = None) -> np.ndarray:
         if phase == VERIFY:
             return _verify_features(batch, size)
         if phase == DRAFT:
-            return _draft_features(batch, size)
+            return _draft_features(batch, size, full_depth_rows(batch, size) if rows is None else rows)
         raise ValueError(f"unknown phase {phase!r}")
 
     def mean_abs_pct_error(self, phase: str) -> float | None:

@@ -5,7 +5,8 @@ value of verifying draft slot (i, t) is its survival probability m[i, t] = prod_
 requests, so position 5 of a confident request can outrank position 1 of a doubtful one. Because m falls with t,
 the best set of Q slots is the Q largest values, and every request's share of it is a prefix. For every Q the
 expected committed tokens are B + (sum of the top Q values) and the step costs
-``cost.step_ms(B, B + Q, deepest draft)``; the policy takes the Q with the highest expected tokens per
+``cost.step_ms(B, B + Q, deepest draft, draft rows)`` (a slot past a request's first draft adds one draft row
+where drafting is cut per request); the policy takes the Q with the highest expected tokens per
 millisecond. Q = 0 (no speculation at all) is always a candidate, and so is every uniform length, so under the
 model the choice never loses to the best fixed length.
 
@@ -64,7 +65,7 @@ def evaluate(
     survival = np.cumprod(accept_probs, axis=1)
     cols = np.arange(accept_probs.shape[1])[None, :]
     tokens = batch + float(np.where(cols < lengths[:, None], survival, 0.0).sum())
-    ms = float(cost.step_ms(batch, batch + int(lengths.sum()), int(lengths.max(initial=0))))
+    ms = float(cost.step_ms(batch, batch + int(lengths.sum()), int(lengths.max(initial=0)), cost.plan_rows(lengths)))
     return tokens, ms
 
 
@@ -110,6 +111,7 @@ class GoodputPolicy(LengthPolicy):
         q_verify = batch + int(forced.sum()) + np.arange(n + 1)
         q_depth = np.concatenate(([0], np.maximum.accumulate(depth + 1)))
         q_depth = np.maximum(q_depth, int(min_lens.max(initial=0)))
+        q_rows = int(np.maximum(min_lens - 1, 0).sum()) + np.concatenate(([0], np.cumsum(depth >= 1)))
 
         # Candidates n+2..: every uniform length k = 1..K, clipped to the per-request bounds. A deep prefix set
         # can need more draft steps than a uniform one, so these keep "never worse than the best fixed length".
@@ -122,6 +124,7 @@ class GoodputPolicy(LengthPolicy):
             batch,
             np.concatenate((q_verify, batch + uniform.sum(axis=1))),
             np.concatenate((q_depth, uniform.max(axis=1))),
+            np.concatenate((q_rows, np.maximum(uniform - 1, 0).sum(axis=1))) if cost.draft_cut else None,
         )
         score = tokens / np.maximum(ms, 1e-9)
         best = int(np.argmax(score))  # first maximum: the fewest slots among equals

@@ -99,3 +99,29 @@ def test_mode_off_and_fixed():
     caps, mins = np.full(2, 5), np.zeros(2, dtype=int)
     assert make_policy("off", 3).plan(accept, caps, mins, linear_cost(0.1)).lengths.tolist() == [0, 0]
     assert make_policy("fixed", 7).plan(accept, caps, mins, linear_cost(0.1)).lengths.tolist() == [5, 5]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_with_drafting_cut_per_request_the_plan_is_priced_as_it_runs(seed):
+    rng = np.random.default_rng(300 + seed)
+    batch = int(rng.integers(1, 64))
+    accept = rng.uniform(0.0, 1.0, size=(batch, K))
+    cost = StepCostModel(
+        verify_coef=[rng.uniform(1, 20), rng.uniform(0, 0.1), rng.uniform(0, 1)],
+        draft_coef=[rng.uniform(0, 2), 0.0, rng.uniform(0, 3), rng.uniform(0, 2)],
+        draft_cut=True,
+    )
+    caps, mins = np.full(batch, K), rng.integers(0, 3, size=batch)
+    chosen = GoodputPolicy().plan(accept, caps, mins, cost)
+    assert (chosen.expected_tokens, chosen.expected_ms) == pytest.approx(evaluate(accept, chosen.lengths, cost))
+    best_fixed = max(FixedPolicy(k).plan(accept, caps, mins, cost).goodput for k in range(K + 1))
+    assert chosen.goodput >= best_fixed * (1 - 1e-12)
+
+
+def test_costly_draft_rows_keep_a_weak_request_at_one_draft_beside_a_sure_one():
+    # a draft row (one request in one draft forward) costs 2 ms; the first draft token needs no row of its own
+    accept = np.stack([np.ones(K), np.full(K, 0.3)])
+    cost = StepCostModel(verify_coef=[10.0, 0.0, 0.01], draft_coef=[0.0, 0.0, 0.1, 2.0], draft_cut=True)
+    assert plan(accept, cost).lengths.tolist() == [K, 1]
+    cost.draft_cut = False  # every request drafted to the step's depth: going deep for one costs rows for both
+    assert plan(accept, cost).lengths.tolist() == [1, 1]
