@@ -45,7 +45,7 @@ def prompts_by_kind(per_kind: int) -> dict[str, list[str]]:
 
 def measure(algorithm: str, k: int, prompts: dict[str, list[str]], max_new: int, log: Path, progress) -> dict:
     flags = ["--speculative-algorithm", algorithm, "--speculative-num-steps", str(k), "--speculative-eagle-topk",
-             "1", "--speculative-num-draft-tokens", str(k + 1), "--faser-mode", "off", "--faser-control", "off",
+             "1", "--speculative-num-draft-tokens", str(k + 1), "--faser-mode", "stock",
              "--max-total-tokens", "8192"]
     rows = {}
     with ServerProcess(flags, log_path=log) as server:

@@ -5,7 +5,7 @@
     python benchmarks/serve_bench.py --trace t.jsonl  # replay a trace instead of generated arrivals
 
 Configurations (``benchmarks/serve/configs.py``): no speculation; fixed lengths 1, 3, 5, 7 (stock SGLang,
-``--faser-mode off``); SGLang's own ``--speculative-adaptive``; FASER (goodput policy, window 7); FASER with
+``--faser-mode stock``); SGLang's own ``--speculative-adaptive``; FASER (goodput policy, window 7); FASER with
 frontiers of 2. Load: prompts from ``benchmarks/data`` (ShareGPT, MT-Bench and HumanEval subsets), Poisson or
 bursty Gamma arrivals at several rates, streamed through ``/generate``. Per arrival process, configuration and rate
 it reports output tokens/s, TTFT, TPOT and end-to-end latency (mean, p50, p99), SGLang's acceptance length

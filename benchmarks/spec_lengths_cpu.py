@@ -3,7 +3,7 @@
 Each configuration is a real ``sglang_faser.launch_server`` process serving the same workload in turn:
 
 * ``no-spec``: plain decoding;
-* ``fixed-k`` (k = 1, 3, 5): stock SGLang speculative decoding with k draft steps (``--faser-mode off``);
+* ``fixed-k`` (k = 1, 3, 5): stock SGLang speculative decoding with k draft steps (``--faser-mode stock``);
 * ``faser``: FASER's goodput policy with a window of 5 draft steps.
 
 The model pair is the tiny "cycle pair" (``sglang_faser/models/tiny.py``): its draft is always right for half the

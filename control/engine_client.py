@@ -19,7 +19,7 @@ class EngineUnavailable(RuntimeError):
 
 
 class NoFaserWorker(RuntimeError):
-    """The engine answers but runs no FASER worker (no speculation, or --faser-mode off at launch)."""
+    """The engine answers but runs no FASER worker (no speculation, or --faser-mode stock at launch)."""
 
 
 class EngineClient:

@@ -1,4 +1,4 @@
-"""Run the control service: beside the engine (``sglang_faser.launch_server`` calls :func:`start`) or on its own.
+"""Run the control service beside the engine (``sglang_faser.launch_server`` starts one) or on its own.
 
     python -m control.server --engine-url http://127.0.0.1:30000 [--host 127.0.0.1] [--port 50051]
         [--policy-file PATH] [--tls-cert PEM --tls-key PEM] [--token-file PATH] [--insecure]
@@ -6,7 +6,9 @@
 Besides FaserControl it serves the standard gRPC health service (SERVING once the engine answered and the policy
 is in sync, NOT_SERVING before) and server reflection. On start it brings policy and engine together in the
 background: a policy resumed from ``--policy-file`` is pushed to the engine as soon as the engine is ready;
-otherwise the engine's current policy is adopted.
+otherwise the engine's current policy is adopted. An engine without a FASER worker (no speculation, or
+``--faser-mode stock``, for which the launcher starts no control service) is never in sync: the service says so
+in its log and stays NOT_SERVING.
 """
 
 from __future__ import annotations
@@ -82,6 +84,8 @@ class ControlServer:
             self.health.set(name, status)
 
     def start(self) -> ControlServer:
+        """Serve now and return. The engine is usually still loading (the launcher starts this service before
+        SGLang's server), so syncing with it runs in a background thread."""
         self.grpc.start()
         logger.info("FASER control service on %s:%d (engine %s)", self.settings.host, self.port,
                     self.settings.engine_url)
@@ -89,6 +93,9 @@ class ControlServer:
         return self
 
     def _sync_when_ready(self) -> None:
+        """Poll every second until the engine answers and the sync succeeds, then report SERVING. Each reason to
+        keep waiting is logged when it first appears, not every second."""
+        reason = None
         while not self._stop.is_set():
             try:
                 if self.store.engine.ready():
@@ -96,7 +103,9 @@ class ControlServer:
                     self._set_health(True)
                     return
             except (EngineUnavailable, NoFaserWorker) as exc:
-                logger.warning("FASER control: waiting for the engine (%s)", exc)
+                if str(exc) != reason:
+                    reason = str(exc)
+                    logger.warning("FASER control: not in sync with the engine yet: %s", reason)
             except Exception:  # keep trying: the service must come up whatever the engine does meanwhile
                 logger.exception("FASER control: syncing with the engine failed; retrying")
             self._stop.wait(1.0)
@@ -104,10 +113,6 @@ class ControlServer:
     def stop(self, grace: float = 1.0) -> None:
         self._stop.set()
         self.grpc.stop(grace).wait()
-
-
-def start(settings: ControlSettings) -> ControlServer:
-    return ControlServer(settings).start()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = ControlSettings(args.engine_url, args.host, args.port, args.policy_file, args.tls_cert, args.tls_key,
                                args.token_file, args.insecure, args.engine_api_key)
     try:
-        server = start(settings)
+        server = ControlServer(settings).start()
     except (ValueError, OSError, RuntimeError) as exc:
         print(f"control.server: {exc}", file=sys.stderr)
         return 2

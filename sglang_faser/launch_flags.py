@@ -2,7 +2,8 @@
 
 SGLang's own parser is closed (msgspec namespaces, no plugin field; sglang-0.5.23-map.md §8.8), so the launcher
 splits the command line in two: the ``--faser-*`` flags, which become a :class:`FaserConfig`, and everything else,
-which goes unchanged to ``sglang.srt.server_args.prepare_server_args``.
+which goes unchanged to ``sglang.srt.server_args.prepare_server_args``. ``--faser-mode stock`` gives no
+FaserConfig at all: stock SGLang, no FASER worker and no control service.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from pathlib import Path
 from sglang_faser.spec.config import MAX_SPEC_LEN, ConfigError, FaserConfig, Mode
 
 PREFIX = "--faser-"
+STOCK = "stock"  # launcher only, not a policy Mode: nothing of FASER is installed
+REJECTION_SAMPLING = "--speculative-use-rejection-sampling"
 
 
 def _on_off(value: str) -> bool:
@@ -38,10 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
     group = parser.add_argument_group("FASER")
     group.add_argument(
         "--faser-mode",
-        choices=[m.value for m in Mode],
+        choices=[m.value for m in Mode] + [STOCK],
         default=Mode.ADAPTIVE.value,
         help="adaptive: per-request lengths from the goodput policy; fixed: --faser-fixed-len for every "
-        "request; off: stock SGLang speculative decoding (default: %(default)s)",
+        "request; off: FASER's worker with length 0 for every request (the control plane can turn it back on); "
+        "stock: SGLang's own speculative decoding, no FASER worker and no control service (default: %(default)s)",
     )
     group.add_argument(
         "--faser-max-len",
@@ -102,18 +106,19 @@ class ControlFlags:
     policy_file: str | None
 
 
-def parse_launch_args(argv: list[str]) -> tuple[FaserConfig, ControlFlags, list[str]]:
+def parse_launch_args(argv: list[str]) -> tuple[FaserConfig | None, ControlFlags, list[str]]:
     """Like :func:`parse_faser_args`, plus the control-plane flags (exit 2 on unsafe or inconsistent ones).
 
     A ``--faser-policy-file`` that exists decides the starting policy (the --faser-* policy flags are then only
-    its defaults), so that a restarted server resumes what the operator last set.
+    its defaults), so that a restarted server resumes what the operator last set. With ``--faser-mode stock``
+    there is nothing to control: the control service is off and the policy file is not read.
     """
     parser = build_parser()
     config, rest = parse_faser_args(argv)
     known, _ = parser.parse_known_args(argv)
-    flags = ControlFlags(known.faser_control, known.faser_control_host, known.faser_control_port,
-                         known.faser_control_tls_cert, known.faser_control_tls_key, known.faser_control_token_file,
-                         known.faser_control_insecure, known.faser_policy_file)
+    flags = ControlFlags(known.faser_control and config is not None, known.faser_control_host,
+                         known.faser_control_port, known.faser_control_tls_cert, known.faser_control_tls_key,
+                         known.faser_control_token_file, known.faser_control_insecure, known.faser_policy_file)
     if flags.enabled:
         from control.auth import check_bind
 
@@ -129,7 +134,7 @@ def parse_launch_args(argv: list[str]) -> tuple[FaserConfig, ControlFlags, list[
             check_bind(flags.host, tls=bool(flags.tls_cert), token=bool(flags.token_file), insecure=flags.insecure)
         except ValueError as exc:
             parser.error(str(exc))
-    if flags.policy_file and os.path.exists(flags.policy_file):
+    if config is not None and flags.policy_file and os.path.exists(flags.policy_file):
         from control.policy_store import load
 
         try:
@@ -140,19 +145,25 @@ def parse_launch_args(argv: list[str]) -> tuple[FaserConfig, ControlFlags, list[
     return config, flags, rest
 
 
-def parse_faser_args(argv: list[str]) -> tuple[FaserConfig, list[str]]:
-    """Split ``argv`` into a validated FaserConfig and the arguments meant for SGLang.
+def parse_faser_args(argv: list[str]) -> tuple[FaserConfig | None, list[str]]:
+    """Split ``argv`` into a validated FaserConfig (None for ``--faser-mode stock``) and the arguments for SGLang.
 
-    Exits with status 2 and a one-line message on an unknown ``--faser-*`` flag or an out-of-bounds value.
+    Exits with status 2 and a one-line message on an unknown ``--faser-*`` flag, an out-of-bounds value (checked
+    in stock mode too), or SGLang's rejection sampling with FASER installed: its chain kernel ignores the
+    per-request chain cuts (``retrieve_next_token``), so the output would no longer be the target's.
     """
     parser = build_parser()
     known, rest = parser.parse_known_args(argv)
     unknown = [a for a in rest if a.startswith(PREFIX)]
     if unknown:
         parser.error(f"unrecognized FASER flag: {unknown[0].split('=')[0]} (see --help)")
+    stock = known.faser_mode == STOCK
+    if REJECTION_SAMPLING in rest and not stock:
+        parser.error(f"{REJECTION_SAMPLING} ignores FASER's per-request draft lengths (output would not be "
+                     "lossless); use it only with --faser-mode stock")
     try:
         config = FaserConfig(
-            mode=known.faser_mode,
+            mode=Mode.ADAPTIVE if stock else known.faser_mode,
             max_len=known.faser_max_len,
             min_len=known.faser_min_len,
             fixed_len=known.faser_fixed_len,
@@ -161,4 +172,4 @@ def parse_faser_args(argv: list[str]) -> tuple[FaserConfig, list[str]]:
         )
     except ConfigError as exc:
         parser.error(f"--faser-{exc.field.replace('_', '-')}: {exc.reason}")
-    return config, rest
+    return (None if stock else config), rest

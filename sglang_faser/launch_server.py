@@ -12,6 +12,7 @@ applies what a CPU-only machine needs (sglang-on-cpu.md §5-6):
 
 The FASER settings reach SGLang's scheduler processes as JSON in ``SGLANG_FASER_CONFIG``. Unless
 ``--faser-control off``, the gRPC control service (``control/``) starts beside the engine on 127.0.0.1:50051.
+``--faser-mode stock`` exports no ``SGLANG_FASER_CONFIG`` and starts no control service: stock SGLang.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import os
 import sys
 
 from sglang_faser.launch_flags import ControlFlags, build_parser, parse_launch_args
-from sglang_faser.spec.config import ENV_VAR
+from sglang_faser.spec.config import ENV_VAR, FaserConfig
 
 logger = logging.getLogger("sglang_faser.launch_server")
 
@@ -61,6 +62,15 @@ def apply_cpu_and_model_defaults(argv: list[str], on_cpu: bool) -> list[str]:
     return argv
 
 
+def export_config(config: FaserConfig | None, environ=os.environ) -> None:
+    """Hand the FASER settings to SGLang's children; ``None`` (stock) also drops a value inherited from the shell,
+    since the plugin installs the FASER worker whenever the variable is set."""
+    if config is None:
+        environ.pop(ENV_VAR, None)
+    else:
+        environ[ENV_VAR] = config.to_json()
+
+
 def _print_help() -> None:
     build_parser().print_help()
     print("\nSGLang flags (python -m sglang.launch_server --help):\n")
@@ -82,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     on_cpu = cpu_bootstrap.using_standin()
     if on_cpu:
         os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
-    os.environ[ENV_VAR] = config.to_json()
+    export_config(config)
     sglang_argv = apply_cpu_and_model_defaults(sglang_argv, on_cpu)
 
     from sglang_faser.engine import touchpoints
@@ -91,7 +101,10 @@ def main(argv: list[str] | None = None) -> None:
         touchpoints.report_amx_on_cpu()
     touchpoints.load_plugins()
     server_args = touchpoints.prepare_server_args(sglang_argv)
-    logger.info("FASER config: %s", config.to_json())
+    if config is None:
+        logger.info("FASER not installed (--faser-mode stock): stock SGLang, no control service")
+    else:
+        logger.info("FASER config: %s", config.to_json())
     control_server = _start_control(control, server_args)
     try:
         touchpoints.run_server(server_args)

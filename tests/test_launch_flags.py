@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from sglang_faser.launch_flags import parse_faser_args
-from sglang_faser.spec.config import FaserConfig, Mode
+from sglang_faser.launch_flags import parse_faser_args, parse_launch_args
+from sglang_faser.launch_server import export_config
+from sglang_faser.spec.config import ENV_VAR, FaserConfig, Mode
 
 
 def test_faser_flags_are_split_from_sglang_flags():
@@ -43,3 +44,48 @@ def test_bad_flags_exit_before_any_model_loads(argv, message, tmp_path):
     assert message in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("python -m sglang_faser.launch_server: error:")
     assert not (tmp_path / "cache").exists(), "the embedded model was built before the flags were checked"
+
+
+def test_stock_parses_to_no_faser_config_and_no_control_service(tmp_path):
+    policy = tmp_path / "policy.json"
+    policy.write_text('{"version": 3, "policy": {"mode": "fixed"}}')
+    config, rest = parse_faser_args(["--faser-mode", "stock", "--port", "1"])
+    assert config is None and rest == ["--port", "1"]
+    config, control, _ = parse_launch_args(["--faser-mode", "stock", "--faser-policy-file", str(policy)])
+    assert config is None and not control.enabled  # nothing to control; the policy file is not read
+
+
+def test_stock_exports_no_config_even_when_the_shell_had_one():
+    environ = {ENV_VAR: FaserConfig(mode=Mode.FIXED).to_json()}
+    export_config(None, environ)
+    assert ENV_VAR not in environ  # the plugin installs the FASER worker whenever the variable is set
+
+
+def test_off_keeps_the_faser_worker_at_length_zero():
+    config, control, _ = parse_launch_args(["--faser-mode", "off"])
+    assert config == FaserConfig(mode=Mode.OFF) and control.enabled
+    environ: dict[str, str] = {}
+    export_config(config, environ)
+    assert FaserConfig.from_env(environ).mode is Mode.OFF
+
+
+def test_rejection_sampling_is_refused_with_faser_installed(tmp_path):
+    env = dict(os.environ, SGLANG_FASER_CACHE=str(tmp_path / "cache"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglang_faser.launch_server", "--speculative-use-rejection-sampling"],
+        capture_output=True, text=True, env=env, timeout=60,
+    )
+    assert proc.returncode == 2
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("python -m sglang_faser.launch_server: error: --speculative-use-rejection-sampling")
+    assert "--faser-mode stock" in last
+    assert not (tmp_path / "cache").exists(), "the embedded model was built before the flags were checked"
+    for mode in ("fixed", "off"):  # off runs the FASER worker too
+        with pytest.raises(SystemExit) as exit_info:
+            parse_faser_args(["--faser-mode", mode, "--speculative-use-rejection-sampling"])
+        assert exit_info.value.code == 2
+
+
+def test_rejection_sampling_passes_through_in_stock_mode():
+    config, rest = parse_faser_args(["--faser-mode", "stock", "--speculative-use-rejection-sampling"])
+    assert config is None and rest == ["--speculative-use-rejection-sampling"]

@@ -1,8 +1,8 @@
 """The server configurations the benchmarks compare, as launcher flags (shared by serve_bench and spec_lengths_cpu).
 
 * ``no-spec``: no ``--speculative-algorithm`` at all;
-* ``fixed-k``: stock SGLang speculative decoding with k draft steps, chain drafts (``--faser-mode off``);
-* ``sglang-adaptive``: SGLang's own ``--speculative-adaptive`` over the same window, FASER off;
+* ``fixed-k``: stock SGLang speculative decoding with k draft steps, chain drafts (``--faser-mode stock``);
+* ``sglang-adaptive``: SGLang's own ``--speculative-adaptive`` over the same window, no FASER worker;
 * ``faser``: FASER's goodput policy choosing each request's length inside the window;
 * ``faser-frontier-N``: the same, verifying in frontiers of N draft positions (early pruning).
 """
@@ -19,9 +19,9 @@ def spec_flags(algorithm: str, steps: int, *extra: str) -> list[str]:
 def configurations(algorithm: str = "EAGLE", window: int = 7, fixed=(1, 3, 5, 7), adaptive: bool = True,
                    frontiers=(2,)) -> dict[str, list[str]]:
     configs: dict[str, list[str]] = {"no-spec": []}
-    configs.update({f"fixed-{k}": spec_flags(algorithm, k, "--faser-mode", "off") for k in fixed})
+    configs.update({f"fixed-{k}": spec_flags(algorithm, k, "--faser-mode", "stock") for k in fixed})
     if adaptive:
-        configs["sglang-adaptive"] = spec_flags(algorithm, window, "--faser-mode", "off", "--speculative-adaptive")
+        configs["sglang-adaptive"] = spec_flags(algorithm, window, "--faser-mode", "stock", "--speculative-adaptive")
     configs["faser"] = spec_flags(algorithm, window)
     for size in frontiers:
         configs[f"faser-frontier-{size}"] = spec_flags(algorithm, window, "--faser-frontier-size", str(size))

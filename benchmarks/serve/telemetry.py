@@ -1,7 +1,8 @@
 """FASER's server-side counters (``/server_info`` → ``internal_states[i]["faser"]``), read before and after a run.
 
-The counters are running totals, so one run's share is the difference of two reads. Servers without FASER (no
-speculation, ``--faser-mode off`` still reports; stock SGLang does not) give ``None``, and the harness reports null.
+The counters are running totals, so one run's share is the difference of two reads. Servers without the FASER
+worker (no speculation, or ``--faser-mode stock``) give ``None``, and the harness reports null; ``--faser-mode off``
+runs the worker and reports.
 """
 
 from __future__ import annotations

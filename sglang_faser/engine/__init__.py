@@ -1,4 +1,5 @@
 """The thin SGLang layer: the only package in sglang_faser that imports SGLang (pinned ==0.5.23).
 
-Every SGLang symbol FASER touches is named in ``touchpoints.py``; an SGLang upgrade revisits that file first.
+Every SGLang import, attribute access and patch is in ``touchpoints.py`` (tests/engine/test_adapter_boundary.py
+checks the other modules); an SGLang upgrade revisits that file first.
 """

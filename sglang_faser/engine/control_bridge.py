@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 
+from sglang_faser.engine import touchpoints
 from sglang_faser.spec.config import ConfigError, FaserConfig, Mode
 
 logger = logging.getLogger(__name__)
@@ -62,17 +63,10 @@ def decode_policy(values: dict[str, int | float]) -> FaserConfig:
     )
 
 
-def faser_worker(scheduler):
-    worker = getattr(scheduler, "draft_worker", None)
-    return worker if hasattr(worker, "faser_apply_policy") else None
-
-
 def around_update_handlers(original, controller):
     """AROUND ``SchedulerInternalStateController._update_handlers``: add the ``faser_*`` keys."""
-    from sglang_faser.engine import touchpoints
-
     handlers = original(controller)
-    worker = faser_worker(controller.scheduler)
+    worker = touchpoints.faser_worker_of(controller)
     staged: dict[str, int | float] = {}
     keys = list(encode_policy(FaserConfig(), 0))
 
@@ -103,6 +97,6 @@ def around_update_handlers(original, controller):
 def around_add_speculative(original, controller, state):
     """AROUND ``SchedulerInternalStateController._add_speculative``: report FASER's state."""
     original(controller, state)
-    worker = faser_worker(controller.scheduler)
+    worker = touchpoints.faser_worker_of(controller)
     if worker is not None:
         state["faser"] = worker.faser_report()

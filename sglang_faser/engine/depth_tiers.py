@@ -1,14 +1,9 @@
-"""Two small pieces of per-step state the FASER worker hands to SGLang: the depth tier and who may be pruned.
+"""The depth tier of each step, handed to SGLang's ``AdaptiveController`` (adaptive_runtime_state.py).
 
-``DepthTiers`` is the ``AdaptiveSpecPolicy`` protocol SGLang's ``AdaptiveController`` drives
-(adaptive_runtime_state.py): one runtime state per draft depth is built at start-up, and the worker sets the depth
-of each step just before SGLang asks for it. ``prunable_requests`` says which requests' acceptance is a plain
-argmax check, so that a rejection seen in an early frontier is final (frontier_verify.py).
+One runtime state per draft depth is built at start-up; the step sets the depth just before SGLang asks for it.
 """
 
 from __future__ import annotations
-
-import numpy as np
 
 
 class DepthTiers:
@@ -34,18 +29,3 @@ class DepthTiers:
 
     def on_verify_complete(self, num_correct_drafts_per_req, batch_size: int):
         return None  # FASER switches tiers before drafting, never after verification
-
-
-def prunable_requests(batch) -> np.ndarray:
-    """Requests whose acceptance is a plain argmax check, so a rejection seen early is final (frontier_verify.py)."""
-    bs = len(batch.reqs)
-    info = batch.sampling_info
-    modified = info is None or batch.has_grammar or getattr(info, "has_watermark_candidates", False) or any(
-        getattr(info, name, None) is not None
-        for name in ("acc_additive_penalties", "acc_scaling_penalties", "logit_bias")
-    )
-    if modified:
-        return np.zeros(bs, dtype=bool)
-    if info.is_all_greedy:
-        return np.ones(bs, dtype=bool)
-    return (info.top_ks[:bs] <= 1).cpu().numpy()

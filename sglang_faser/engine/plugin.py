@@ -2,9 +2,10 @@
 
 SGLang calls :func:`register` in every process it starts (launcher, ``sgl.Engine``, scheduler and detokenizer
 children; sglang-0.5.23-map.md §8.1), before server arguments are resolved in the main process. It makes the
-CPU path work and swaps SGLang's EAGLE / STANDALONE worker for the FASER worker when FASER is on, i.e. when the
-launcher exported ``SGLANG_FASER_CONFIG`` with a mode other than ``off``. A plain ``sglang.launch_server`` or
-``sgl.Engine`` without that variable keeps stock SGLang behaviour.
+CPU path work and swaps SGLang's EAGLE / STANDALONE worker for the FASER worker whenever the launcher exported
+``SGLANG_FASER_CONFIG`` (any mode: ``off`` still runs the worker, at length 0, so the control plane can turn it
+back on). ``--faser-mode stock``, or a plain ``sglang.launch_server`` / ``sgl.Engine`` without that variable,
+keeps stock SGLang behaviour.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ def register() -> None:
     from sglang_faser.engine import touchpoints
 
     touchpoints.hook_worker_creation(_choose_worker)
+    touchpoints.teach_intel_amx_ragged_verify()  # FASER's ragged verify passes on the CPU backend
     from sglang_faser.engine import control_bridge
 
     touchpoints.hook_internal_state(control_bridge.around_update_handlers, control_bridge.around_add_speculative)
@@ -44,12 +46,13 @@ def _choose_worker(original_create_worker, algorithm, server_args):
     """AROUND hook on ``SpeculativeAlgorithm.create_worker`` (spec_info.py:311)."""
     worker_cls = original_create_worker(algorithm, server_args)
     from sglang_faser.engine import touchpoints
-    from sglang_faser.spec.config import ENV_VAR, FaserConfig, Mode
+    from sglang_faser.spec.config import ENV_VAR
 
     if not os.environ.get(ENV_VAR):
         return worker_cls
-    config = FaserConfig.from_env()
-    if config.mode is Mode.OFF:
+    if touchpoints.dp_attention_enabled(server_args):
+        # attention-DP ranks run different batches inside one TP group: rank 0's lengths cannot be theirs
+        logger.warning("FASER: --enable-dp-attention is not supported yet; running %s unchanged", worker_cls.__name__)
         return worker_cls
     if not touchpoints.is_faser_capable_worker(worker_cls):
         logger.warning("FASER: %s is not an EAGLE v2 worker; running it unchanged", worker_cls.__name__)

@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from sglang_faser.engine import touchpoints
+from sglang_faser.engine import touchpoints as sgl
 
 logger = logging.getLogger(__name__)
 
@@ -27,10 +27,9 @@ BATCH_SIZES = (1, 2, 4, 8, 16)
 PREFIX = 32  # context each profiled request attends to
 
 
-def profile_verify(target_worker, window: int, repeats: int = 3, batch_sizes=BATCH_SIZES):
+def profile_verify(runner, window: int, repeats: int = 3, batch_sizes=BATCH_SIZES):
     """[(requests, rows, ms)] for real target verify passes; rows per request in {1, 2, ..., window + 1}."""
-    runner = target_worker.model_runner
-    device = runner.device
+    device = sgl.runner_device(runner)
     widths = sorted({1, 2, max(1, (window + 1) // 2), window + 1})
     samples = []
     with torch.no_grad():
@@ -40,7 +39,7 @@ def profile_verify(target_worker, window: int, repeats: int = 3, batch_sizes=BAT
                 times = []
                 for _ in range(repeats + 1):  # the first run warms caches and is dropped
                     start = time.perf_counter()
-                    runner.forward(batch)
+                    sgl.run_model(runner, batch)
                     times.append((time.perf_counter() - start) * 1e3)
                     batch = _dummy_verify_batch(runner, bs, width, window, device)
                 samples.append((bs, bs * width, statistics.median(times[1:])))
@@ -50,11 +49,11 @@ def profile_verify(target_worker, window: int, repeats: int = 3, batch_sizes=BAT
 def _dummy_verify_batch(runner, bs: int, width: int, window: int, device):
     rows = bs * width
     seq_lens = torch.full((bs,), PREFIX, dtype=torch.int64, device=device)
-    spec_info = touchpoints.eagle_verify_input(
-        topk=1, draft_token_num=width, spec_steps=window, capture_hidden_mode=touchpoints.capture_full()
+    spec_info = sgl.eagle_verify_input(
+        topk=1, draft_token_num=width, spec_steps=window, capture_hidden_mode=sgl.capture_full()
     )
-    return touchpoints.forward_batch(
-        forward_mode=touchpoints.target_verify_mode(),
+    return sgl.forward_batch(
+        forward_mode=sgl.target_verify_mode(),
         batch_size=bs,
         input_ids=torch.zeros(rows, dtype=torch.int64, device=device),
         req_pool_indices=torch.zeros(bs, dtype=torch.int64, device=device),
@@ -63,17 +62,17 @@ def _dummy_verify_batch(runner, bs: int, width: int, window: int, device):
         out_cache_loc=torch.zeros(rows, dtype=torch.int64, device=device),
         seq_lens_sum=bs * PREFIX,
         positions=(PREFIX + torch.arange(width, device=device)).repeat(bs),
-        spec_algorithm=runner.spec_algorithm,
+        spec_algorithm=sgl.runner_spec_algorithm(runner),
         spec_info=spec_info,
-        capture_hidden_mode=touchpoints.capture_full(),
+        capture_hidden_mode=sgl.capture_full(),
         return_logprob=False,
     )
 
 
-def seed_cost_model(cost, target_worker, window: int) -> str:
+def seed_cost_model(cost, runner, window: int) -> str:
     """Profile and feed the prior into ``cost``; returns a one-line summary for the log and telemetry."""
     try:
-        samples = profile_verify(target_worker, window)
+        samples = profile_verify(runner, window)
     except Exception as exc:  # an unusual backend: keep the default prior, say so
         logger.warning("FASER: start-up verify profile failed (%s); the cost model starts from its default", exc)
         return f"failed: {exc}"

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sglang_faser.engine import touchpoints
+
 ENV_VAR = "SGLANG_FASER_SYNTHETIC_ACCEPTANCE"
 logger = logging.getLogger(__name__)
 
@@ -86,21 +88,20 @@ def around_eagle_sample(original, verify_input, batch, logits_output, *args, **k
     """AROUND ``eagle_utils.eagle_sample``: keep its shapes, replace what it accepted by the synthetic draw."""
     predict, accept_lens, accept_index = original(verify_input, batch, logits_output, *args, **kwargs)
     bs = accept_lens.shape[0]
-    if bs == 0 or verify_input.tree_topk != 1:
+    chain = touchpoints.verify_chain(verify_input, batch, logits_output, bs) if bs else None
+    if chain is None:
         return predict, accept_lens, accept_index
     import torch
 
     setting, rng = _state()
-    width = verify_input.draft_token_num
-    next_token = verify_input.retrieve_next_token.reshape(bs, width)
+    width, next_token, candidates, target, rids = chain
     chains = (next_token != -1).to(torch.int64).cumprod(dim=1).sum(dim=1).clamp(max=width - 1)
-    rates = np.array([setting.rate(req.rid) for req in batch.reqs[:bs]])
+    rates = np.array([setting.rate(rid) for rid in rids])
     accepted = torch.as_tensor(setting.draw(rates, chains.cpu().numpy(), rng), device=predict.device)
 
     positions = torch.arange(width, device=predict.device)
     rows = torch.arange(bs, device=predict.device)
-    candidates = verify_input.draft_token.reshape(bs, width).to(predict.dtype)
-    target = logits_output.next_token_logits.argmax(dim=-1).reshape(bs, width).to(predict.dtype)
+    candidates, target = candidates.to(predict.dtype), target.to(predict.dtype)
     drafts_after = torch.cat([candidates[:, 1:], candidates[:, :1]], dim=1)  # [j]: the draft at node j + 1
     grid = predict.view(bs, width)
     grid.copy_(torch.where(positions[None, :] < accepted[:, None], drafts_after, grid))
@@ -128,8 +129,6 @@ def install() -> bool:
     setting = SyntheticAcceptance.from_env()
     if setting is None:
         return False
-    from sglang_faser.engine import touchpoints
-
     touchpoints.hook_eagle_sample(around_eagle_sample)
     logger.warning("SYNTHETIC ACCEPTANCE ON (benchmark only): drafts accepted at per-request rates in [%s, %s]; "
                    "outputs are not the model's", setting.low, setting.high)

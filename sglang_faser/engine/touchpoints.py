@@ -1,4 +1,4 @@
-"""Every SGLang 0.5.23 symbol sglang-faser touches, in one place.
+"""The SGLang adapter: every SGLang 0.5.23 import, attribute access and patch sglang-faser makes, in one place.
 
 Line numbers refer to the sglang==0.5.23 wheel (see shared/docs/sglang-0.5.23-map.md). When SGLang is bumped,
 re-check each entry here, then re-scan the wheel for new ``from sgl_kernel import *_cpu`` names
@@ -13,17 +13,18 @@ re-check each entry here, then re-scan the wheel for new ``from sgl_kernel impor
 | ``sglang.srt.utils.kill_process_tree`` | reap scheduler/detokenizer children when the launcher exits |
 | ``sglang.srt.plugins.hook_registry.HookRegistry`` (AROUND) | install hooks from the plugin |
 | ``sglang.srt.speculative.spec_info.SpeculativeAlgorithm.create_worker`` (:311) | hand the scheduler the FASER worker |
-| ``sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2`` (:1297) | the class FaserWorker extends: ``forward_batch_generation`` (:1416), ``verify`` (:1979), ``adaptive_controller``, ``_draft_worker``, ``speculative_num_steps``, ``topk`` |
+| ``sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2`` (:1297) | the class FaserWorker extends; ``engine/step.py`` runs its decode branch's pieces in its order (:1445-1505): ``activate_step_by_batch``, ``draft_worker.draft`` (in ``draft_tp_context`` / MoE contexts / ``spec_stage_span``), ``_build_trivial_verify_input`` (depth 0), ``verify`` (:1979), ``_draft_extend_for_decode`` or ``_stub_skipped_draft_extend`` (``SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND``); ``adaptive_controller``, ``_draft_worker``, ``speculative_num_steps``, ``topk`` |
+| ``sglang.srt.runtime_context.get_parallel`` (``pp_size``, ``tp_group.cpu_group`` / ``ranks`` / ``world_size``) | PP runs SGLang's step; rank 0's lengths are broadcast over the TP group's CPU group (``engine/rank_sync.py``) |
 | ``sglang.srt.model_executor.cuda_graph_config.check_cuda_graph_backend`` | depth tiers on CPU need decode graphs off (a target graph runner cannot be built there) |
 | ``sglang.srt.speculative.adaptive_runtime_state.AdaptiveController`` (:69) | builds one runtime state per draft depth at start-up and switches them per step |
 | ``BaseSpecWorker.on_verify_complete_cpu`` / ``note_request_finished`` (base_spec_worker.py:379-395) | acceptance feedback, request end |
 | ``EagleVerifyInput.retrieve_next_token`` (eagle_info.py:17) | cut a request's draft chain after k_i drafts |
 | ``GenerationBatchResult.cap_lens`` (managers/utils.py:105) | per-request lengths into SGLang's metrics and ``meta_info`` |
-| ``TpModelWorker.forward_batch_generation(forward_batch=..., is_verify=True)`` (tp_worker.py:622), called once by ``run_eagle_verify`` (eagle_worker_common.py:654) | replaced for that one call by FASER's frontier passes (``engine/frontier_verify.py``); each pass is a TARGET_VERIFY ``ForwardBatch`` copy with a subset of requests and ``seq_lens`` advanced by the rows before it; needs the intel_amx/chain semantics of ``_build_extend_metadata`` (intel_amx_backend.py:70): uniform ``draft_token_num`` rows, causal when ``tree_topk == 1`` |
-| ``EagleDraftWorker.draft`` / ``draft_runner.forward`` / ``draft_attn_backend.attn_backends[i].draft_decode_metadata`` (eagle_worker_v2.py:660, :841; intel_amx_backend.py:483) | per-forward draft sub-batches (``engine/draft_cut.py``) and frontier verification between draft forwards (``engine/pipeline.py``) |
+| ``TpModelWorker.forward_batch_generation(forward_batch=..., is_verify=True)`` (tp_worker.py:622), called once by ``run_eagle_verify`` (eagle_worker_common.py:654) | replaced for that one call by FASER's ragged passes (``engine/verify.py``): one TARGET_VERIFY ``ForwardBatch`` copy per frontier with the live requests, ``seq_lens`` advanced by the frontier's row offset and a ``RaggedVerifyLayout`` (``speculative/ragged_verify.py:46``) of each request's rows |
+| ``EagleDraftWorker.draft`` / ``draft_runner.forward`` / ``draft_attn_backend.attn_backends[i].draft_decode_metadata`` (eagle_worker_v2.py:660, :841; intel_amx_backend.py:483) | per-forward draft sub-batches (``engine/draft_cut.py``) and frontier verification between draft forwards (``engine/pipeline.py``); under CUDA-graph replay the hooked ``forward`` is never called, which the step reports as ``full-depth`` |
 | ``forward_context`` / ``ForwardContext`` (model_executor/forward_context.py:86) | a target pass inside the draft loop must name the target's attention backend |
 | ``EagleDraftInput.bonus_tokens``, ``ScheduleBatch.req_to_token_pool`` / ``seq_lens`` / ``req_pool_indices`` | the verify batch built during drafting: root token, positions ``seq_len + j``, KV slots ``req_to_token[req, seq_len + j]`` (eagle_utils.py:305, :152) |
-| ``IntelAMXAttnBackend`` (intel_amx_backend.py:20) | the one target backend whose chain verify FASER splits into passes today (``verify_passes_supported``) |
+| ``IntelAMXAttnBackend._build_extend_metadata`` (intel_amx_backend.py:70, AROUND) | TARGET_VERIFY with a ``RaggedVerifyLayout``: per-request extend lengths instead of the uniform ``draft_token_num`` (causal chain, topk 1); fa3 / trtllm_mha / flashinfer read the layout themselves (enabled with ``SGLANG_FASER_GPU_RAGGED=1`` until checked on a GPU) |
 | ``ForwardBatch``, ``ForwardMode.TARGET_VERIFY``, ``CaptureHiddenMode.FULL``, ``EagleVerifyInput`` (forward_batch_info.py:493, eagle_info.py:17), ``ModelRunner.forward`` (model_runner.py:1813) | dummy verify passes for the start-up cost profile (``engine/profiler.py``), as SGLang's cpu_graph_runner.py:841 builds them for capture |
 | ``SchedulerInternalStateController._update_handlers`` / ``_add_speculative`` / ``_UpdateHandler`` / ``UpdateRejected`` (internal_state.py:146-170, :119, :290) | policy changes via ``/set_internal_state`` (numeric ``faser_*`` keys, ``SetInternalStateReq`` io_struct.py:2348) and FASER's telemetry in ``/server_info`` ``internal_states[i]["faser"]`` |
 | ``Scheduler.draft_worker`` | the FASER worker the control bridge talks to |
@@ -33,6 +34,12 @@ re-check each entry here, then re-scan the wheel for new ``from sgl_kernel impor
 """
 
 from __future__ import annotations
+
+import copy
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
 
 _cpu_platform_override = None
 
@@ -99,6 +106,10 @@ def is_faser_capable_worker(worker_cls) -> bool:
     )
 
 
+def dp_attention_enabled(server_args) -> bool:
+    return bool(getattr(server_args, "enable_dp_attention", False))
+
+
 def enable_cpu_speculative_sampling() -> None:
     """Make EAGLE/STANDALONE verification sample on CPU instead of committing the argmax (idempotent).
 
@@ -124,13 +135,6 @@ def enable_cpu_speculative_sampling() -> None:
     if eagle_utils.top_p_renorm_prob is None:
         eagle_utils.top_p_renorm_prob = sampling.top_p_renorm_prob
     eagle_utils._faser_cpu_sampling = True
-
-
-def adaptive_controller(worker, policy):
-    """SGLang's controller that pre-builds a runtime state per step count and applies one per step."""
-    from sglang.srt.speculative.adaptive_runtime_state import AdaptiveController
-
-    return AdaptiveController(worker, policy)
 
 
 def decode_graphs_disabled() -> bool:
@@ -217,23 +221,487 @@ def hook_sampling_params_verify(hook) -> None:
     HookRegistry.register("sglang.srt.sampling.sampling_params.SamplingParams.verify", hook, HookType.AROUND)
 
 
-def verify_passes_supported(worker) -> bool:
-    """Whether FASER may split TARGET_VERIFY into ragged / frontier passes on this target backend.
-
-    A pass is a TARGET_VERIFY ``ForwardBatch`` with fewer requests and rows; that is exact when the backend derives
-    a plain causal chain mask from ``seq_lens`` and ``draft_token_num`` (intel_amx: ``_build_extend_metadata``,
-    intel_amx_backend.py:70, no custom mask when ``tree_topk == 1``). GPU backends read ``spec_info.custom_mask``
-    and plan per batch size; until their pass layout is built and measured they keep SGLang's single pass.
-    """
-    from sglang.srt.layers.attention.intel_amx_backend import IntelAMXAttnBackend
-
-    backend = getattr(worker.target_worker.model_runner, "attn_backend", None)
-    return worker.topk == 1 and isinstance(backend, IntelAMXAttnBackend)
-
-
 # -- benchmark-only synthetic acceptance (engine/synthetic_acceptance.py) ------------------------------------
 def hook_eagle_sample(hook) -> None:
     """AROUND ``eagle_utils.eagle_sample`` (:521); the registry also rebinds ``eagle_worker_common``'s import."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     HookRegistry.register("sglang.srt.speculative.eagle_utils.eagle_sample", hook, HookType.AROUND)
+
+
+# == the decode step's SGLang side (engine/step.py, verify.py, draft_cut.py, pipeline.py) ======================
+# Every read or write of an SGLang object the decode step makes is one of the functions below; the step works on
+# NumPy arrays and plain tensors. ``SGLANG_NAMES`` lists the SGLang attributes involved so that a test can check
+# that no other engine module reaches them directly (tests/engine/test_adapter_boundary.py).
+SGLANG_NAMES = frozenset({
+    "attn_backend", "attn_backends", "bonus_tokens", "cap_lens", "custom_params", "draft_attn_backend",
+    "draft_decode_metadata", "draft_runner", "draft_token", "draft_token_num", "draft_worker", "forward_mode",
+    "hidden_states", "input_ids", "is_extend_in_batch", "logits_output", "model_runner", "next_token_logits",
+    "out_cache_loc", "positions", "ragged_verify_layout", "req_pool_indices", "req_to_token_pool", "reqs",
+    "retrieve_next_token", "sampling_info", "sampling_params", "scheduler", "seq_lens", "seq_lens_cpu",
+    "spec_algorithm", "spec_info", "speculative_num_steps", "target_worker", "topk", "tree_topk",
+    "adaptive_controller", "_draft_worker", "activate_step_by_batch", "forward_batch_generation",
+    "_draft_extend_for_decode", "_build_trivial_verify_input", "tp_group", "tp_size",
+})
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """What the FASER step needs to know about a decode batch, read once."""
+
+    rids: list
+    controls: list  # each request's ``custom_params`` (checked in the HTTP process)
+    prunable: np.ndarray  # [B] bool: acceptance is a plain argmax check, so an early rejection is final
+
+
+def worker_settings(worker) -> tuple[int, int, str]:
+    """(draft window = speculative_num_steps, topk, device) of an EAGLE v2 worker."""
+    return worker.speculative_num_steps, worker.topk, str(worker.device)
+
+
+def install_depth_tiers(worker, tiers) -> bool:
+    """One runtime state per draft depth, switched per step by SGLang's own ``AdaptiveController``
+    (eagle_worker_v2.py:1777); False where SGLang's adaptive mode already owns it or there is no draft worker."""
+    if worker.adaptive_controller is not None or worker._draft_worker is None:
+        return False
+    from sglang.srt.speculative.adaptive_runtime_state import AdaptiveController
+
+    worker.adaptive_controller = AdaptiveController(worker, tiers)
+    return True
+
+
+def decode_step_kind(batch) -> str:
+    """"prefill", "stock" (idle, empty, PP pre-built verify input or no draft state: SGLang's own path) or
+    "decode" (a step FASER plans)."""
+    if batch.forward_mode.is_idle() or not batch.reqs:
+        return "stock"
+    if batch.forward_mode.is_extend() or batch.is_extend_in_batch:
+        return "prefill"
+    spec = batch.spec_info
+    if spec is None or spec.is_verify_input() or _pp_size() > 1:
+        return "stock"
+    return "decode"
+
+
+def _pp_size() -> int:
+    from sglang.srt.runtime_context import get_parallel
+
+    return get_parallel().pp_size
+
+
+def step_batch(batch) -> StepBatch:
+    return StepBatch(
+        rids=[req.rid for req in batch.reqs],
+        controls=[req.sampling_params.custom_params for req in batch.reqs],
+        prunable=_prunable_requests(batch),
+    )
+
+
+def _prunable_requests(batch) -> np.ndarray:
+    """Requests whose acceptance is a plain argmax check (greedy; no grammar, penalties, bias or watermark)."""
+    bs = len(batch.reqs)
+    info = batch.sampling_info
+    modified = info is None or batch.has_grammar or getattr(info, "has_watermark_candidates", False) or any(
+        getattr(info, name, None) is not None
+        for name in ("acc_additive_penalties", "acc_scaling_penalties", "logit_bias")
+    )
+    if modified:
+        return np.zeros(bs, dtype=bool)
+    if info.is_all_greedy:
+        return np.ones(bs, dtype=bool)
+    return (info.top_ks[:bs] <= 1).cpu().numpy()
+
+
+def broadcast_group(worker):
+    """(CPU process group, source rank) over which rank 0's decision reaches every TP rank; (None, 0) without TP.
+
+    SGLang broadcasts verify results from TP rank 0 over the same group (tp_worker.py:373). With DP attention the
+    attention-DP ranks of one TP group share it, so one broadcast covers both."""
+    from sglang.srt.runtime_context import get_parallel
+
+    group = get_parallel().tp_group
+    if group is None or group.world_size <= 1:
+        return None, 0
+    return group.cpu_group, group.ranks[0]
+
+
+def activate_depth(worker, batch_size: int) -> None:
+    """SGLang's tier switch (``activate_step_by_batch``): the depth tiers answer with this step's depth."""
+    worker.activate_step_by_batch(batch_size)
+
+
+def draft(worker, batch):
+    """SGLang's draft for the batch (``EagleDraftWorker.draft``, in the contexts its own decode step uses)."""
+    with _draft_contexts(worker, "draft"):
+        return worker.draft_worker.draft(batch)
+
+
+def plain_decode_input(worker, batch):
+    """A one-node verify input (``_build_trivial_verify_input``): the target decodes one token per request."""
+    return worker._build_trivial_verify_input(batch)
+
+
+def verify(worker, batch, verify_input, pp_proxy_tensors, grammar_barrier):
+    """SGLang's verify (``EAGLEWorkerV2.verify`` -> ``run_eagle_verify``): sample, accept, commit."""
+    batch.spec_info = verify_input
+    return worker.verify(batch, pp_proxy_tensors=pp_proxy_tensors, grammar_barrier=grammar_barrier)
+
+
+def draft_extend(worker, batch, result, verify_input, depth: int) -> None:
+    """SGLang's draft-extend over the verify window (stubbed at depth 0 when SGLang's skip flag is on)."""
+    from sglang.srt.environ import envs
+
+    if depth == 0 and envs.SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND.get():
+        worker._stub_skipped_draft_extend(batch, result)
+        return
+    with _draft_contexts(worker, "draft_extend"):
+        worker.draft_worker._draft_extend_for_decode(batch, result, kv_loc_plan=verify_input.kv_loc_plan)
+
+
+def _draft_contexts(worker, stage: str):
+    from contextlib import ExitStack
+
+    from sglang.srt.speculative import eagle_worker_v2 as ew
+
+    stack = ExitStack()
+    stack.enter_context(ew.draft_tp_context(worker.draft_worker.parallel_layout))
+    stack.enter_context(ew.speculative_moe_backend_context())
+    stack.enter_context(ew.speculative_moe_a2a_backend_context())
+    stack.enter_context(ew.spec_stage_span(stage))
+    return stack
+
+
+def accept_lens(result) -> "torch.Tensor":
+    return result.accept_lens
+
+
+def set_cap_lens(result, lengths: np.ndarray) -> None:
+    """Per-request lengths into SGLang's metrics and ``meta_info`` (``GenerationBatchResult.cap_lens``)."""
+    import torch
+
+    result.cap_lens = torch.as_tensor(lengths, dtype=torch.int32)
+
+
+def cut_chains(verify_input, lengths: np.ndarray) -> None:
+    """End request i's draft chain after ``lengths[i]`` drafts (node k_i gets no successor)."""
+    import torch
+
+    next_token = verify_input.retrieve_next_token
+    width = next_token.shape[1]
+    cut = torch.as_tensor(lengths, dtype=torch.long, device=next_token.device)
+    rows = torch.nonzero(cut < width - 1).flatten()
+    if rows.numel():
+        next_token[rows, cut[rows]] = -1
+
+
+@contextmanager
+def patched(obj, name: str, value):
+    """Shadow ``obj.name`` with an instance attribute for one call, then restore exactly what was there."""
+    own = vars(obj)
+    had, old = name in own, own.get(name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        if had:
+            setattr(obj, name, old)
+        else:
+            delattr(obj, name)
+
+
+# -- drafting: per-forward sub-batches (engine/draft_cut.py) --------------------------------------------------
+def draft_runner_hook(worker, make_forward):
+    """For one ``draft()``: the draft runner's ``forward`` becomes ``make_forward(original, backends)``.
+
+    Under CUDA-graph replay SGLang never calls ``forward``, so a hook that is not called saw nothing: callers
+    measure the path from what ran."""
+    runner = worker.draft_worker.draft_runner
+    backends = getattr(worker.draft_worker.draft_attn_backend, "attn_backends", None) or []
+    return patched(runner, "forward", make_forward(runner.forward, backends))
+
+
+def draft_forward_view(forward_batch) -> tuple[int, "torch.Tensor"]:
+    """(batch size, input token ids) of one draft forward: forward s feeds draft token s + 1."""
+    return forward_batch.batch_size, forward_batch.input_ids
+
+
+def draft_cut_supported(backend) -> bool:
+    """The backend's per-step decode tables can be sub-set (intel_amx multi-step draft backend)."""
+    return getattr(backend, "draft_decode_metadata", None) is not None
+
+
+def run_draft_subset(forward, backend, forward_batch, members: np.ndarray, *args, **kwargs):
+    """Run one draft forward over the requests ``members`` only; the output has the full batch's shapes with
+    zeros for the others (their tokens lie past their chain cut, so nothing reads them)."""
+    import torch
+
+    bs = forward_batch.batch_size
+    saved = backend.draft_decode_metadata
+    table, seq_lens, rows = saved
+    index = torch.as_tensor(members, dtype=torch.long, device=forward_batch.seq_lens.device)
+    backend.draft_decode_metadata = (table, seq_lens[index], rows[index])
+    try:
+        out = forward(_sub_decode_batch(forward_batch, index), *args, **kwargs)
+    finally:
+        backend.draft_decode_metadata = saved
+    return _scatter_output(out, index, bs)
+
+
+def _sub_decode_batch(fb, index):
+    sub = _select(fb, index, index, 0)
+    spec = fb.spec_info
+    if spec is not None and getattr(spec, "hidden_states", None) is not None:
+        spec = copy.copy(spec)
+        spec.hidden_states = spec.hidden_states[index]
+        sub.spec_info = spec
+    return sub
+
+
+def _select(fb, index, rows, offset: int):
+    """A copy of ``fb`` with requests ``index`` (a tensor) and token rows ``rows``, its sequences ``offset``
+    tokens further on (rows a verify pass at that offset attends past)."""
+    import torch
+
+    sub = copy.copy(fb)
+    sub.batch_size = len(index)
+    sub.input_ids = fb.input_ids[rows]
+    sub.positions = fb.positions[rows]
+    sub.out_cache_loc = fb.out_cache_loc[rows]
+    sub.req_pool_indices = fb.req_pool_indices[index]
+    sub.seq_lens = fb.seq_lens[index] + offset
+    if fb.seq_lens_cpu is not None:
+        sub.seq_lens_cpu = fb.seq_lens_cpu[index.cpu()] + offset
+        sub.seq_lens_sum = int(sub.seq_lens_cpu.sum())
+    else:
+        sub.seq_lens_sum = int(sub.seq_lens.sum())
+    if getattr(fb, "orig_seq_lens", None) is not None:
+        sub.orig_seq_lens = fb.orig_seq_lens[index] + offset
+    if fb.req_pool_indices_cpu is not None:
+        sub.req_pool_indices_cpu = fb.req_pool_indices_cpu[index.cpu()]
+    if fb.num_token_non_padded is not None:
+        sub.num_token_non_padded = torch.as_tensor(len(rows), dtype=fb.num_token_non_padded.dtype,
+                                                   device=fb.num_token_non_padded.device)
+    _subset_lists(fb, sub, index.tolist())
+    return sub
+
+
+def _subset_lists(fb, sub, members: list[int]) -> None:
+    for name in ("rids", "lora_ids"):
+        values = getattr(fb, name, None)
+        if values is not None:
+            setattr(sub, name, [values[i] for i in members])
+
+
+def _scatter_output(out, index, bs: int):
+    logits_output = copy.copy(out.logits_output)
+    for name in ("next_token_logits", "hidden_states"):
+        value = getattr(logits_output, name, None)
+        if value is not None:
+            full = value.new_zeros((bs, *value.shape[1:]))
+            full[index] = value
+            setattr(logits_output, name, full)
+    result = copy.copy(out)
+    result.logits_output = logits_output
+    return result
+
+
+# -- verification: ragged passes on SGLang's RaggedVerifyLayout (engine/verify.py) -------------------------------
+RAGGED_BACKENDS = ("IntelAMXAttnBackend",)  # ragged TARGET_VERIFY checked for parity (CPU; hook below)
+RAGGED_BACKENDS_UNVERIFIED = ("FlashAttentionBackend", "TRTLLMHAAttnBackend", "FlashInferAttnBackend")
+
+
+def verify_layout(worker) -> str:
+    """"ragged" where the target's attention backend runs a TARGET_VERIFY with per-request ``verify_lens``,
+    "uniform" where it does not (SGLang's single pass; the worker gives every request the same length).
+
+    intel_amx honours the layout through :func:`teach_intel_amx_ragged_verify`. fa3, trtllm_mha and flashinfer
+    read ``RaggedVerifyLayout`` in SGLang 0.5.23 (DSpark's path) but FASER's use of them has not been checked on a
+    GPU yet, so they run it only with ``SGLANG_FASER_GPU_RAGGED=1``."""
+    import os
+
+    backend = type(getattr(worker.target_worker.model_runner, "attn_backend", None)).__name__
+    if worker.topk != 1:
+        return "stock-tree"
+    if backend in RAGGED_BACKENDS:
+        return "ragged"
+    if backend in RAGGED_BACKENDS_UNVERIFIED and os.environ.get("SGLANG_FASER_GPU_RAGGED") == "1":
+        return "ragged"
+    return "uniform"
+
+
+def teach_intel_amx_ragged_verify() -> None:
+    """AROUND ``IntelAMXAttnBackend._build_extend_metadata`` (intel_amx_backend.py:70): a TARGET_VERIFY batch
+    whose verify input carries a ``RaggedVerifyLayout`` extends request i by ``verify_lens[i]`` rows (causal
+    chain, topk 1) instead of the uniform ``draft_token_num``. The CPU attention kernels are ours
+    (kernels/cpu/attention.py) and take per-request extend lengths as prefill does."""
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register(
+        "sglang.srt.layers.attention.intel_amx_backend.IntelAMXAttnBackend._build_extend_metadata",
+        _ragged_extend_metadata, HookType.AROUND)
+
+
+def _ragged_extend_metadata(original, backend, forward_batch):
+    spec = forward_batch.spec_info
+    layout = getattr(spec, "ragged_verify_layout", None)
+    if layout is None or not forward_batch.forward_mode.is_target_verify():
+        return original(backend, forward_batch)
+    if spec.tree_topk != 1:
+        raise RuntimeError("FASER: a ragged verify layout needs a draft chain (topk 1)")
+    lens = layout.verify_lens.to(forward_batch.seq_lens.dtype)
+    return forward_batch.seq_lens + lens, layout.verify_lens, layout.extend_start_loc, None
+
+
+def ragged_layout(widths: np.ndarray, device):
+    """SGLang's ``RaggedVerifyLayout`` for per-request row counts ``widths`` (no graph tier on CPU: the token
+    count is the layout's own total)."""
+    import torch
+    from sglang.srt.speculative.ragged_verify import RaggedVerifyLayout
+
+    lens = [int(w) for w in widths]
+    verify_lens = torch.tensor(lens, dtype=torch.int32, device=device)
+    indptr = torch.zeros(len(lens) + 1, dtype=torch.int32, device=device)
+    indptr[1:] = torch.cumsum(verify_lens, dim=0)
+    total = int(indptr[-1])
+    return RaggedVerifyLayout(verify_lens=verify_lens, graph_num_tokens=total, extend_start_loc=indptr[:-1],
+                              qo_indptr_device=indptr, verify_lens_cpu=lens, total_verify_tokens=total)
+
+
+def verify_shape(fb) -> tuple[int, int]:
+    """(requests, rows per request) of SGLang's verify batch."""
+    return fb.batch_size, fb.spec_info.draft_token_num
+
+
+def verify_tokens(fb) -> "torch.Tensor":
+    return fb.input_ids
+
+
+def ragged_verify_batch(fb, members: np.ndarray, offset: int, widths: np.ndarray, rows: "torch.Tensor"):
+    """A TARGET_VERIFY ``ForwardBatch`` over flat rows ``rows`` of ``fb``: request ``members[m]`` takes
+    ``widths[m]`` rows from ``offset`` on, at positions seq_len + offset.. (its committed prefix plus the rows
+    earlier passes wrote), in SGLang's ragged layout."""
+    import torch
+
+    device = fb.seq_lens.device
+    sub = _select(fb, torch.as_tensor(members, dtype=torch.long, device=device), rows, offset)
+    sub.return_logprob = False  # SGLang computes verify logprobs from the merged logits afterwards
+    spec = copy.copy(fb.spec_info)
+    spec.draft_token_num = int(widths.max())
+    spec.ragged_verify_layout = ragged_layout(widths, device)
+    sub.spec_info = spec
+    return sub
+
+
+def run_target_pass(target_forward, fb, pp_proxy_tensors):
+    """One target TARGET_VERIFY forward (``TpModelWorker.forward_batch_generation(..., is_verify=True)``)."""
+    return target_forward(batch=None, forward_batch=fb, pp_proxy_tensors=pp_proxy_tensors, is_verify=True)
+
+
+def pass_outputs(result) -> tuple["torch.Tensor", "torch.Tensor | None"]:
+    """(logits, hidden states) of a target pass, one row per verified row."""
+    return result.logits_output.next_token_logits, result.logits_output.hidden_states
+
+
+def merged_verify_result(result, logits, hidden):
+    """The last pass's result carrying the whole window's logits and hidden states, as SGLang's one pass would."""
+    merged = copy.copy(result.logits_output)
+    merged.next_token_logits = logits
+    merged.hidden_states = hidden
+    out = copy.copy(result)
+    out.logits_output = merged
+    out.can_run_cuda_graph = False
+    return out
+
+
+def same_verify_rows(early, fb, mask) -> bool:
+    """Whether the rows ``mask`` of two verify batches hold the same tokens, positions and KV slots."""
+    import torch
+
+    return all(
+        torch.equal(getattr(early, name)[mask].long(), getattr(fb, name)[mask].long())
+        for name in ("input_ids", "positions", "out_cache_loc")
+    ) and torch.equal(early.req_pool_indices.long(), fb.req_pool_indices.long())
+
+
+def target_forward(worker):
+    """The target's forward call (``TpModelWorker.forward_batch_generation``, tp_worker.py:622)."""
+    return worker.target_worker.forward_batch_generation
+
+
+def target_verify_hook(worker, forward):
+    """For one ``verify()``: SGLang's single target call (run_eagle_verify, eagle_worker_common.py:654) becomes
+    ``forward`` (the ragged passes)."""
+    return patched(worker.target_worker, "forward_batch_generation", forward)
+
+
+def target_call_wrapped(worker) -> bool:
+    """Someone else already wraps the target call: keep SGLang's single pass."""
+    return "forward_batch_generation" in vars(worker.target_worker)
+
+
+def early_verify_batch(worker, batch, n: int, tokens):
+    """The verify batch SGLang will build after drafting (rows at seq_len + j, KV slots req_to_token[req,
+    seq_len + j], eagle_utils.py:305), over the token grid ``tokens`` [B, n] the draft fills in as it goes."""
+    import torch
+
+    runner = worker.target_worker.model_runner
+    device = batch.seq_lens.device
+    tokens[:, 0] = batch.spec_info.bonus_tokens.to(torch.int64)  # the root: last committed token
+    offsets = torch.arange(n, device=device)
+    seq_lens = batch.seq_lens.to(torch.int64)
+    slots = batch.req_to_token_pool.req_to_token[batch.req_pool_indices.to(torch.int64)[:, None],
+                                                 seq_lens[:, None] + offsets[None, :]]
+    capture = capture_null() if runner.spec_algorithm.is_standalone() else capture_full()
+    return forward_batch(
+        forward_mode=target_verify_mode(),
+        batch_size=len(batch.reqs),
+        input_ids=tokens.view(-1),
+        req_pool_indices=batch.req_pool_indices,
+        seq_lens=batch.seq_lens,
+        seq_lens_cpu=batch.seq_lens_cpu,
+        out_cache_loc=slots.reshape(-1).to(torch.int64),
+        seq_lens_sum=int(batch.seq_lens_cpu.sum()) if batch.seq_lens_cpu is not None else int(seq_lens.sum()),
+        positions=(seq_lens[:, None] + offsets[None, :]).reshape(-1),
+        spec_algorithm=runner.spec_algorithm,
+        spec_info=eagle_verify_input(topk=1, draft_token_num=n, spec_steps=n - 1, capture_hidden_mode=capture),
+        capture_hidden_mode=capture,
+        sampling_info=batch.sampling_info,
+        return_logprob=False,
+    )
+
+
+def target_pass_context(worker, fb):
+    """A target pass run inside the draft loop must name the target's attention backend."""
+    return target_forward_context(worker.target_worker.model_runner, fb)
+
+
+def target_runner(worker):
+    return worker.target_worker.model_runner
+
+
+def run_model(runner, fb):
+    return runner.forward(fb)
+
+
+def runner_device(runner):
+    return runner.device
+
+
+def runner_spec_algorithm(runner):
+    return runner.spec_algorithm
+
+
+def faser_worker_of(controller):
+    """The FASER worker behind a ``SchedulerInternalStateController`` (None: stock SGLang)."""
+    worker = getattr(controller.scheduler, "draft_worker", None)
+    return worker if hasattr(worker, "faser_apply_policy") else None
+
+
+def verify_chain(verify_input, batch, logits_output, bs: int):
+    """(width, retrieve_next_token [B, width], draft tokens [B, width], target argmax [B, width], rids) of a
+    chain verify (None for trees), for the benchmark-only synthetic acceptance."""
+    if verify_input.tree_topk != 1:
+        return None
+    width = verify_input.draft_token_num
+    return (width, verify_input.retrieve_next_token.reshape(bs, width), verify_input.draft_token.reshape(bs, width),
+            logits_output.next_token_logits.argmax(dim=-1).reshape(bs, width), [req.rid for req in batch.reqs[:bs]])

@@ -20,9 +20,11 @@ MAX_EXPLORE_EVERY = 1_000_000
 
 
 class Mode(str, Enum):
+    """The policy's modes. The launcher's ``--faser-mode stock`` is not one: it installs no FASER worker at all."""
+
     ADAPTIVE = "adaptive"  # per-request lengths chosen by the goodput policy
     FIXED = "fixed"  # every request gets fixed_len (clipped to [min_len, max_len])
-    OFF = "off"  # stock SGLang behaviour: FASER's worker is not installed
+    OFF = "off"  # length 0 for every request: FASER's worker stays installed, reports and obeys the control plane
 
     def __str__(self) -> str:
         return self.value

@@ -4,7 +4,9 @@ The SGLang worker calls it three times per decode step:
 
 1. ``decide(rids)`` before drafting: the lengths k_i for this batch (acceptance estimates + cost model + policy,
    within the operator's bounds) and the draft depth the step runs at (the deepest k_i);
-2. ``observe(accepted)`` once the accepted counts are on the CPU (SGLang's ``on_verify_complete_cpu``);
+2. ``observe(accepted)`` once the accepted counts are on the CPU (SGLang's ``on_verify_complete_cpu``). Under
+   SGLang's overlap scheduler step t + 1 is decided before step t's counts arrive, so decisions wait in a FIFO and
+   each ``observe`` is credited to the oldest one;
 3. ``record_phase`` with measured draft / verify times, which refresh the cost model online.
 
 It also keeps the counters FASER's telemetry reports (proposed, verified, accepted tokens; chosen lengths).
@@ -20,6 +22,7 @@ request's length clipped to it; output stays lossless, only that step's speed is
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,6 +31,8 @@ from sglang_faser.spec.acceptance import AcceptanceTracker
 from sglang_faser.spec.config import FaserConfig, Mode
 from sglang_faser.spec.cost_model import DRAFT, VERIFY, StepCostModel
 from sglang_faser.spec.policy import make_policy
+
+MAX_PENDING_STEPS = 4  # decided steps awaiting their verify result; the overlap scheduler needs 2
 
 
 @dataclass(frozen=True)
@@ -44,12 +49,14 @@ class LengthCounters:
     steps: int = 0
     requests: int = 0  # request-steps
     proposed: int = 0  # draft tokens put up for verification (sum of k_i)
-    verified: int = 0  # target rows computed in verification (sum of k_i + 1 ragged, B * (d + 1) one pass)
+    verified: int = 0  # target rows computed in verification (sum of k_i + 1 ragged, B * (d + 1) uniform)
     pruned: int = 0  # rows skipped because an earlier frontier already rejected (early pruning)
+    offset_passes: int = 0  # verify passes that started past row 0 (later frontiers over KV earlier passes wrote)
     drafted: int = 0  # draft-model rows computed (one per request per draft forward)
     draft_skipped: int = 0  # draft rows not computed because the request's k_i was already reached
     accepted: int = 0  # draft tokens accepted
     committed: int = 0  # tokens committed (accepted + one bonus/correction per request-step)
+    unobserved: int = 0  # decided steps dropped unobserved because MAX_PENDING_STEPS were already waiting
     length_histogram: list[int] = field(default_factory=list)
     proposed_by_position: list[int] = field(default_factory=list)  # [j]: drafts proposed at position j + 1
     accepted_by_position: list[int] = field(default_factory=list)  # [j]: of those, accepted
@@ -88,7 +95,7 @@ class LengthController:
         self.tracker = AcceptanceTracker(max_len=max(window, 1))
         self.cost = cost or StepCostModel()
         self.counters = LengthCounters()
-        self._pending: tuple[list[str], np.ndarray] | None = None
+        self._pending: deque[tuple[list[str], np.ndarray]] = deque()  # decided steps, oldest first
         self.calibration_steps = calibration_sweeps * (window + 1)
         if explore_every is not None:
             config = config.replace(explore_every=explore_every)
@@ -106,10 +113,12 @@ class LengthController:
         self.policy = make_policy(config.mode.value, fixed)
 
     def decide(self, rids: list[str], caps: np.ndarray | None = None, padded: bool = False,
-               floors: np.ndarray | None = None) -> StepDecision:
+               floors: np.ndarray | None = None, uniform: bool = False) -> StepDecision:
         """Lengths and depth for this step's batch; ``caps`` / ``floors`` are per-request limits (custom_params).
 
         ``padded``: the worker verifies the full window whatever the lengths (no depth tiers available).
+        ``uniform``: the verify backend gives every request the same rows, so the policy gives every request the
+        same length (up to the per-request caps and floors).
         """
         batch = len(rids)
         limit = np.full(batch, self.max_len, dtype=np.int64)
@@ -121,7 +130,8 @@ class LengthController:
         if floors is not None:
             mins = np.maximum(mins, np.asarray(floors, dtype=np.int64))
         mins = np.minimum(mins, limit)
-        lengths = self.policy.plan(self.tracker.accept_probs(rids), limit, mins, self.cost).lengths
+        probs = self.tracker.accept_probs(rids)
+        lengths = self.policy.plan(probs, limit, mins, self.cost, uniform=uniform).lengths
         c = self.counters
         if self.calibrating and not padded and self.config.mode is Mode.ADAPTIVE:
             # start-up profile of the draft side: the first steps sweep every depth with uniform lengths, so the
@@ -136,29 +146,45 @@ class LengthController:
             depth = int(self._rng.integers(0, self.max_len + 1))
             lengths = np.maximum(np.minimum(lengths, depth), np.minimum(mins, depth))
         depth = self.window if padded else int(lengths.max(initial=0))
-        self._pending = (list(rids), lengths)
+        if len(self._pending) == MAX_PENDING_STEPS:  # an observe went missing: forget it rather than grow
+            self._pending.popleft()
+            c.unobserved += 1
+        self._pending.append((list(rids), lengths))
         c.steps += 1
         c.requests += batch
         c.proposed += int(lengths.sum())
         c.add_lengths(lengths)
         return StepDecision(lengths, depth, explored)
 
+    def replace_last(self, decision: StepDecision, lengths: np.ndarray, depth: int) -> StepDecision:
+        """The source rank's lengths for the step just decided: with tensor parallelism every rank runs rank 0's
+        decision (the same shapes everywhere), so it replaces this rank's own in the queue and the counters."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        rids, old = self._pending[-1]
+        self._pending[-1] = (rids, lengths)
+        c = self.counters
+        c.proposed += int(lengths.sum()) - int(old.sum())
+        for k in old:
+            c.length_histogram[k] -= 1
+        c.add_lengths(lengths)
+        return StepDecision(lengths, int(depth), decision.explored)
+
     def observe(self, accepted: list[int] | np.ndarray) -> None:
-        """Accepted draft counts for the batch of the last ``decide``."""
-        if self._pending is None:
+        """Accepted draft counts for the oldest decided step not yet observed."""
+        if not self._pending:
             return
-        rids, lengths = self._pending
-        self._pending = None
+        rids, lengths = self._pending.popleft()
         accepted = np.minimum(np.asarray(accepted, dtype=np.int64)[: len(rids)], lengths)
         self.tracker.observe(rids, lengths, accepted)
         self.counters.add_positions(lengths, accepted)
         self.counters.accepted += int(accepted.sum())
         self.counters.committed += int(accepted.sum()) + len(rids)
 
-    def record_verification(self, verified_rows: int, pruned_rows: int) -> None:
-        """Rows the step's verification computed, and rows early pruning saved."""
+    def record_verification(self, verified_rows: int, pruned_rows: int, offset_passes: int = 0) -> None:
+        """Rows the step's verification computed, rows early pruning saved, passes that started past row 0."""
         self.counters.verified += verified_rows
         self.counters.pruned += pruned_rows
+        self.counters.offset_passes += offset_passes
 
     def record_drafting(self, rows: int, skipped: int, cut: bool) -> None:
         """One step's draft rows; ``cut``: the runtime drafted each request only as far as its length."""

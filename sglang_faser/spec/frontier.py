@@ -1,49 +1,48 @@
 """Frontier planning: how one step's verification is split into chunks and target passes, and who takes part.
 
 A request with length k_i needs k_i + 1 verify rows: the root (its last committed token, whose target output
-checks draft 1) and its k_i drafts. One-shot verification computes all of them in one TARGET_VERIFY pass over
-B x (d + 1) rows. FASER's Pipeline Overlapper (faser-algorithms.md) instead verifies in *frontiers* of
-``frontier_size`` draft positions:
+checks draft 1) and its k_i drafts. SGLang's one-shot verification computes B x (d + 1) rows in one TARGET_VERIFY
+pass. FASER verifies only the rows each request needs, in SGLang's ragged layout (``RaggedVerifyLayout``:
+per-request ``verify_lens``), and in *frontiers* of ``frontier_size`` draft positions:
 
 * frontier 0 covers rows [0, F + 1) (root + drafts 1..F), frontier f > 0 covers rows [1 + fF, 1 + (f + 1)F);
   frontier size 0 means one frontier over the whole window;
-* in a pipeline, frontier f is verified while the draft produces frontier f + 1 (``pipeline_schedule``);
+* each frontier is **one ragged pass** over the requests still live in it: request i takes the rows of the
+  frontier it still needs (``rows_needed``), so a frontier computes sum_i min(k_i + 1, end) - start rows;
 * **early pruning**: once frontier f shows a rejection for request i (the target's prediction at some row differs
   from the next draft token), i's later rows can never be accepted, so i takes part in no later frontier. Its
   correction token is the target's prediction at the rejection row, already computed, exactly as in one-shot
-  verification. Rows past k_i are never computed at all (the **ragged** layout: sum(k_i + 1) rows, not B(d+1)).
+  verification.
 
-Inside a frontier the live requests can need different row counts (k_i cuts some short). A target pass must be
-uniform (every request in it gets the same number of rows), so requests are grouped into passes; each extra pass
-costs a fixed overhead while padding a request costs rows. ``group_passes`` picks the partition of the sorted
-widths into contiguous groups with the least modelled cost (a tiny dynamic programme), using the verify-cost
-model ``pass_ms(requests, rows)``.
-
-Pure NumPy; the SGLang layer (``sglang_faser/engine/frontier_verify.py``) executes the plan.
+Pure NumPy; the SGLang layer (``sglang_faser/engine/verify.py``) executes the plan.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
-
-PassCost = Callable[[int, int], float]  # (requests in the pass, rows in the pass) -> modelled ms
 
 
 @dataclass(frozen=True)
 class VerifyPass:
-    """One target pass: requests ``members`` (batch indices) each get rows [offset, offset + width)."""
+    """One ragged target pass: request ``members[m]`` (a batch index) gets rows [offset, offset + widths[m])."""
 
     frontier: int
     members: np.ndarray
     offset: int
-    width: int
+    widths: np.ndarray
 
     @property
     def rows(self) -> int:
-        return len(self.members) * self.width
+        return int(self.widths.sum())
+
+    @property
+    def columns(self) -> tuple[np.ndarray, np.ndarray]:
+        """(member index, row) of every row of the pass, in the pass's row order (request by request)."""
+        member = np.repeat(np.arange(len(self.members)), self.widths)
+        starts = np.repeat(np.cumsum(self.widths) - self.widths, self.widths)
+        return member, self.offset + np.arange(self.rows) - starts
 
 
 def frontier_bounds(depth: int, frontier_size: int) -> list[tuple[int, int]]:
@@ -63,55 +62,17 @@ def rows_needed(lengths: np.ndarray, start: int, end: int) -> np.ndarray:
     return np.clip(np.asarray(lengths, dtype=np.int64) + 1 - start, 0, end - start)
 
 
-def group_passes(
-    members: np.ndarray, widths: np.ndarray, pass_ms: PassCost | None = None
-) -> list[tuple[np.ndarray, int]]:
-    """Partition requests into uniform passes: [(members, width)], widths padded up to the group's largest.
-
-    Without a cost model every distinct width gets its own pass (fewest rows). With one, contiguous runs of the
-    sorted distinct widths are merged when a saved pass is worth more than the padded rows.
-    """
-    members, widths = np.asarray(members), np.asarray(widths)
-    keep = widths > 0
-    members, widths = members[keep], widths[keep]
-    if len(members) == 0:
-        return []
-    distinct = np.unique(widths)
-    if pass_ms is None or len(distinct) == 1:
-        return [(members[widths == w], int(w)) for w in distinct]
-    counts = np.array([(widths == w).sum() for w in distinct])
-    n = len(distinct)
-    best = np.full(n + 1, np.inf)
-    best[0] = 0.0
-    cut = np.zeros(n + 1, dtype=np.int64)
-    for end in range(1, n + 1):  # best[end]: cheapest cover of distinct[:end]; last group is distinct[j:end]
-        for j in range(end):
-            requests = int(counts[j:end].sum())
-            cost = best[j] + pass_ms(requests, requests * int(distinct[end - 1]))
-            if cost < best[end]:
-                best[end], cut[end] = cost, j
-    groups, end = [], n
-    while end > 0:
-        j = cut[end]
-        width = int(distinct[end - 1])
-        in_group = (widths >= distinct[j]) & (widths <= distinct[end - 1])
-        groups.append((members[in_group], width))
-        end = j
-    return groups[::-1]
-
-
 def plan_frontier(
-    frontier: int,
-    bounds: tuple[int, int],
-    live: np.ndarray,
-    lengths: np.ndarray,
-    pass_ms: PassCost | None = None,
-) -> list[VerifyPass]:
-    """The passes that verify frontier ``frontier`` for the ``live`` requests (batch indices)."""
+    frontier: int, bounds: tuple[int, int], live: np.ndarray, lengths: np.ndarray
+) -> VerifyPass | None:
+    """The ragged pass that verifies frontier ``frontier`` for the ``live`` requests (None: no rows left)."""
     start, end = bounds
     live = np.asarray(live, dtype=np.int64)
     widths = rows_needed(np.asarray(lengths)[live], start, end)
-    return [VerifyPass(frontier, group, start, width) for group, width in group_passes(live, widths, pass_ms)]
+    keep = widths > 0
+    if not keep.any():
+        return None
+    return VerifyPass(frontier, live[keep], start, widths[keep])
 
 
 def first_rejection(predictions: np.ndarray, next_tokens: np.ndarray, valid: np.ndarray) -> np.ndarray:
@@ -127,39 +88,37 @@ def first_rejection(predictions: np.ndarray, next_tokens: np.ndarray, valid: np.
     return np.where(any_reject, reject.argmax(axis=1), -1)
 
 
-@dataclass(frozen=True)
-class PipelineEvent:
-    """One box of the step's pipeline: ``phase`` ("draft" or "verify") of frontier ``frontier``, at slot ``slot``.
-
-    Events with the same slot run concurrently when overlap is on (verify f beside draft f + 1); with overlap off
-    every event has its own slot.
-    """
-
-    slot: int
-    phase: str
-    frontier: int
-
-
-def pipeline_schedule(frontiers: int, overlap: bool) -> list[PipelineEvent]:
-    """The order of a step's draft and verify chunks: draft 0, then verify f alongside draft f + 1, ..."""
-    events = [PipelineEvent(0, "draft", 0)]
-    slot = 0
-    for f in range(frontiers):
-        slot += 1
-        events.append(PipelineEvent(slot, "verify", f))
-        if f + 1 < frontiers:
-            if not overlap:
-                slot += 1
-            events.append(PipelineEvent(slot, "draft", f + 1))
-    return events
-
-
 @dataclass
 class FrontierStepStats:
     """What one step's verification did: rows computed, rows pruned, passes run."""
 
     planned_rows: int = 0  # sum(k_i + 1): rows a ragged one-shot verification would compute
-    verified_rows: int = 0  # rows actually computed (padding included)
+    verified_rows: int = 0  # rows actually computed
     pruned_rows: int = 0  # planned rows skipped because an earlier frontier rejected
     passes: int = 0
+    offset_passes: int = 0  # passes starting past row 0 (a later frontier's rows over KV earlier passes wrote)
     frontiers: int = 0
+
+
+def frontier_of(bounds: list[tuple[int, int]], row: int) -> int:
+    """The frontier holding verify row ``row`` (len(bounds) past the last)."""
+    for f, (start, end) in enumerate(bounds):
+        if start <= row < end:
+            return f
+    return len(bounds)
+
+
+def drafted_at(step: int, lengths: np.ndarray, bounds: list[tuple[int, int]] | None = None,
+               live_after: list[np.ndarray] | None = None, overlap: bool = True) -> np.ndarray:
+    """Who draft forward ``step`` runs for (it turns draft token step + 1 into step + 2).
+
+    Only requests with k_i >= step + 2 need it. With frontiers, a request a finished verification already
+    rejected is drafted no further: overlap on, draft chunk f runs beside verify f - 1, so it may use the verdict
+    of frontier f - 2; overlap off, verify f - 1 runs before it."""
+    members = np.flatnonzero(np.asarray(lengths) >= step + 2)
+    if not bounds or not live_after:
+        return members
+    verdict = frontier_of(bounds, step + 2) - (2 if overlap else 1)
+    if verdict >= 0:  # live sets only shrink: the latest verdict up to ``verdict`` holds
+        members = np.intersect1d(members, live_after[min(verdict, len(live_after) - 1)])
+    return members

@@ -8,7 +8,8 @@ expected committed tokens are B + (sum of the top Q values) and the step costs
 ``cost.step_ms(B, B + Q, deepest draft, draft rows)`` (a slot past a request's first draft adds one draft row
 where drafting is cut per request); the policy takes the Q with the highest expected tokens per
 millisecond. Q = 0 (no speculation at all) is always a candidate, and so is every uniform length, so under the
-model the choice never loses to the best fixed length.
+model the choice never loses to the best fixed length. Where the verify backend gives every request the same rows
+(``uniform``), only the uniform lengths are candidates, each priced as B x (k + 1) verified rows.
 
 Everything is a handful of NumPy array operations over the B x K slot grid (well under a millisecond at B = 256,
 see benchmarks/policy_decision.py).
@@ -43,51 +44,50 @@ class LengthPolicy(ABC):
 
     @abstractmethod
     def plan(
-        self, accept_probs: np.ndarray, caps: np.ndarray, min_lens: np.ndarray, cost: StepCostModel
+        self, accept_probs: np.ndarray, caps: np.ndarray, min_lens: np.ndarray, cost: StepCostModel,
+        uniform: bool = False,
     ) -> StepPlan:
-        """``accept_probs`` [B, K]; ``caps``/``min_lens`` [B] per-request bounds with min_lens <= caps <= K."""
+        """``accept_probs`` [B, K]; ``caps``/``min_lens`` [B] per-request bounds with min_lens <= caps <= K.
 
-
-POLICIES: dict[str, type[LengthPolicy]] = {}
-
-
-def register(cls: type[LengthPolicy]) -> type[LengthPolicy]:
-    POLICIES[cls.name] = cls
-    return cls
+        ``uniform``: one length for the whole batch (clipped to each request's bounds), for verify backends that
+        cannot give requests different row counts.
+        """
 
 
 def evaluate(
-    accept_probs: np.ndarray, lengths: np.ndarray, cost: StepCostModel
+    accept_probs: np.ndarray, lengths: np.ndarray, cost: StepCostModel, uniform: bool = False
 ) -> tuple[float, float]:
-    """(expected tokens, expected ms) of running ``lengths`` under the model."""
+    """(expected tokens, expected ms) of running ``lengths`` under the model (``uniform``: every request verifies
+    the deepest length's rows)."""
     lengths = np.asarray(lengths, dtype=np.int64)
     batch = len(lengths)
     survival = np.cumprod(accept_probs, axis=1)
     cols = np.arange(accept_probs.shape[1])[None, :]
     tokens = batch + float(np.where(cols < lengths[:, None], survival, 0.0).sum())
-    ms = float(cost.step_ms(batch, batch + int(lengths.sum()), int(lengths.max(initial=0)), cost.plan_rows(lengths)))
+    depth = int(lengths.max(initial=0))
+    verify = batch * (depth + 1) if uniform else batch + int(lengths.sum())
+    ms = float(cost.step_ms(batch, verify, depth, cost.plan_rows(lengths)))
     return tokens, ms
 
 
-@register
 class FixedPolicy(LengthPolicy):
-    """The same length for every request, clipped to each request's bounds (SGLang's stock behaviour)."""
+    """The same length for every request, clipped to each request's bounds (SGLang's stock behaviour); it is
+    uniform already, so ``uniform`` only changes how the step is priced."""
 
     name = "fixed"
 
     def __init__(self, length: int):
         self.length = length
 
-    def plan(self, accept_probs, caps, min_lens, cost) -> StepPlan:
+    def plan(self, accept_probs, caps, min_lens, cost, uniform=False) -> StepPlan:
         lengths = np.clip(np.full(len(caps), self.length, dtype=np.int64), min_lens, caps)
-        return StepPlan(lengths, *evaluate(accept_probs, lengths, cost))
+        return StepPlan(lengths, *evaluate(accept_probs, lengths, cost, uniform))
 
 
-@register
 class GoodputPolicy(LengthPolicy):
     name = "adaptive"
 
-    def plan(self, accept_probs, caps, min_lens, cost) -> StepPlan:
+    def plan(self, accept_probs, caps, min_lens, cost, uniform=False) -> StepPlan:
         accept_probs = np.clip(np.asarray(accept_probs, dtype=np.float64), 0.0, 1.0)
         caps = np.asarray(caps, dtype=np.int64)
         min_lens = np.minimum(np.asarray(min_lens, dtype=np.int64), caps)
@@ -96,42 +96,45 @@ class GoodputPolicy(LengthPolicy):
             return StepPlan(np.zeros(0, dtype=np.int64), 0.0, 0.0)
 
         survival = np.cumprod(accept_probs, axis=1)
-        cols = np.arange(width)[None, :]
-        forced = cols < min_lens[:, None]
-        optional = (cols < caps[:, None]) & ~forced
 
-        # Candidates 1..n+1: the forced minimum plus the Q best optional slots, Q = 0..n. Ties go to the
-        # shallower position, so each request's share of the chosen set stays a prefix of its draft.
-        rows, depth = np.nonzero(optional)
-        values = survival[rows, depth]
-        order = np.argsort(-values, kind="stable")  # nonzero() lists each row by depth: stable keeps it
-        rows, depth = rows[order], depth[order]
-        n = len(order)
-        q_tokens = batch + survival[forced].sum() + np.concatenate(([0.0], np.cumsum(values[order])))
-        q_verify = batch + int(forced.sum()) + np.arange(n + 1)
-        q_depth = np.concatenate(([0], np.maximum.accumulate(depth + 1)))
-        q_depth = np.maximum(q_depth, int(min_lens.max(initial=0)))
-        q_rows = int(np.maximum(min_lens - 1, 0).sum()) + np.concatenate(([0], np.cumsum(depth >= 1)))
-
-        # Candidates n+2..: every uniform length k = 1..K, clipped to the per-request bounds. A deep prefix set
-        # can need more draft steps than a uniform one, so these keep "never worse than the best fixed length".
-        uniform = np.clip(np.arange(1, width + 1)[:, None], min_lens[None, :], caps[None, :])  # [K, B]
+        # Uniform candidates: every length k = 0..K, clipped to the per-request bounds. A deep prefix set can need
+        # more draft steps than a uniform one, so these keep "never worse than the best fixed length".
+        u_lengths = np.clip(np.arange(width + 1)[:, None], min_lens[None, :], caps[None, :])  # [K + 1, B]
         prefix_sums = np.concatenate((np.zeros((batch, 1)), np.cumsum(survival, axis=1)), axis=1)
-        u_tokens = batch + prefix_sums[np.arange(batch)[None, :], uniform].sum(axis=1)
+        tokens = batch + prefix_sums[np.arange(batch)[None, :], u_lengths].sum(axis=1)
+        depths = u_lengths.max(axis=1)
+        verify = batch * (depths + 1) if uniform else batch + u_lengths.sum(axis=1)
+        draft_rows = np.maximum(u_lengths - 1, 0).sum(axis=1)
+        prefix_candidates = 0
 
-        tokens = np.concatenate((q_tokens, u_tokens))
-        ms = cost.step_ms(
-            batch,
-            np.concatenate((q_verify, batch + uniform.sum(axis=1))),
-            np.concatenate((q_depth, uniform.max(axis=1))),
-            np.concatenate((q_rows, np.maximum(uniform - 1, 0).sum(axis=1))) if cost.draft_cut else None,
-        )
+        if not uniform:
+            # Prefix candidates, ahead of the uniform ones: the forced minimum plus the Q best optional slots,
+            # Q = 0..n. Ties go to the shallower position, so each request's share of the set stays a prefix.
+            cols = np.arange(width)[None, :]
+            forced = cols < min_lens[:, None]
+            optional = (cols < caps[:, None]) & ~forced
+            rows, depth = np.nonzero(optional)
+            values = survival[rows, depth]
+            order = np.argsort(-values, kind="stable")  # nonzero() lists each row by depth: stable keeps it
+            rows, depth = rows[order], depth[order]
+            prefix_candidates = len(order) + 1
+            q_tokens = batch + survival[forced].sum() + np.concatenate(([0.0], np.cumsum(values[order])))
+            q_verify = batch + int(forced.sum()) + np.arange(prefix_candidates)
+            q_depth = np.concatenate(([0], np.maximum.accumulate(depth + 1)))
+            q_depth = np.maximum(q_depth, int(min_lens.max(initial=0)))
+            q_rows = int(np.maximum(min_lens - 1, 0).sum()) + np.concatenate(([0], np.cumsum(depth >= 1)))
+            tokens = np.concatenate((q_tokens, tokens))
+            verify = np.concatenate((q_verify, verify))
+            depths = np.concatenate((q_depth, depths))
+            draft_rows = np.concatenate((q_rows, draft_rows))
+
+        ms = cost.step_ms(batch, verify, depths, draft_rows if cost.draft_cut else None)
         score = tokens / np.maximum(ms, 1e-9)
         best = int(np.argmax(score))  # first maximum: the fewest slots among equals
-        if best <= n:
+        if best < prefix_candidates:
             lengths = min_lens + np.bincount(rows[:best], minlength=batch)
         else:
-            lengths = uniform[best - n - 1]
+            lengths = u_lengths[best - prefix_candidates]
         return StepPlan(lengths.astype(np.int64), float(tokens[best]), float(ms[best]))
 
 

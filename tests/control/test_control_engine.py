@@ -95,7 +95,7 @@ def test_telemetry_json_shares_add_up(control_server):
         assert total + shares["idle"] == pytest.approx(1.0, abs=0.02), shares
         assert shares["verify"] > 0
     assert snapshot["total"]["shares"]["schedule"] > 0  # host work between decode steps is not idle time
-    assert snapshot["verify_path"] == "tiered/ragged-passes" and snapshot["draft_path"] in ("cut", "full-depth")
+    assert snapshot["verify_path"] == "ragged" and snapshot["draft_path"] in ("cut", "full-depth", "none")
     assert len(snapshot["total"]["acceptance_by_position"]) <= WINDOW
     model = snapshot["model"]  # the policy's beliefs, fitted on this machine
     assert len(model["verify_coef"]) == 3 and len(model["draft_coef"]) == 4

@@ -67,6 +67,7 @@ def test_sure_and_hopeless_requests_get_different_lengths_in_one_batch(tiny_suit
     engine = _cycle_engine(tiny_suite, engine_pool)
     sure, hopeless = [0, 10], [0, 300]
     outs = engine.generate(input_ids=[sure, hopeless], sampling_params={**GREEDY, "max_new_tokens": 48})
+    assert engine.get_server_info()["internal_states"][0]["faser"]["verify_path"] == "ragged"
     for ids, out in zip([sure, hopeless], outs):
         assert out["output_ids"] == hf_greedy(tiny_suite.cycle_target, ids, 48)
 

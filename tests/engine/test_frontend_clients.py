@@ -1,9 +1,9 @@
 """SGLang frontend programs, the openai client and per-request controls, with FASER on and off (real servers).
 
-Both servers serve the same tiny target with the same EAGLE head; "off" is ``--faser-mode off`` (SGLang's own
-speculative decoding), "on" is FASER with every request drafting at least one token (``--faser-min-len 1``), so
-that the comparisons exercise speculation for real. Greedy output is the target's own in both, so every text
-must match exactly.
+Both servers serve the same tiny target with the same EAGLE head; "off" is ``--faser-mode stock`` (SGLang's own
+speculative decoding, no FASER worker), "on" is FASER with every request drafting at least one token
+(``--faser-min-len 1``), so that the comparisons exercise speculation for real. Greedy output is the target's own
+in both, so every text must match exactly.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ EAGLE = [
 def servers(tiny_suite, tmp_path_factory):
     logs = tmp_path_factory.mktemp("frontend")
     on = ServerProcess(EAGLE + ["--faser-min-len", "1"], log_path=logs / "on.log")
-    off = ServerProcess(EAGLE + ["--faser-mode", "off"], log_path=logs / "off.log")
+    off = ServerProcess(EAGLE + ["--faser-mode", "stock"], log_path=logs / "off.log")
     with on, off:
         yield {"on": on, "off": off}
 

@@ -1,8 +1,10 @@
-"""Frontier-chunked verification with early pruning inside SGLang's real engine (CPU: the passes run in turn).
+"""Ragged, frontier-chunked verification with early pruning inside SGLang's real engine (CPU: passes in turn).
 
-Lengths are forced up (min_len / fixed mode) so that every step really splits into several frontiers; with the
-tiny random models most drafts are rejected early, so greedy requests are pruned all the time and any error in
-the pass layout, the KV positions or the pruning rule shows up as a token that differs from HF's greedy output.
+Lengths are forced up (min_len / fixed mode) so that every step really splits into several frontiers. The greedy
+parity tests run the shipped small pair (attention on, real acceptance): some drafts pass and some fail, so later
+frontiers run as ragged passes at a row offset over the KV earlier passes wrote, other requests are pruned, and
+any error in the pass layout, the KV positions or the pruning rule shows up as a token that differs from HF's
+greedy output.
 """
 
 from __future__ import annotations
@@ -25,22 +27,44 @@ def _pair(suite, algorithm):
                 speculative_draft_model_path=str(draft), **WINDOW)
 
 
+@pytest.fixture(scope="module")
+def trained():
+    """The shipped small pair as a suite (target, eagle, standalone) with its tokenizer."""
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from sglang_faser.models.small_pair import small_pair
+
+    pair = small_pair()
+    assert pair is not None, "sglang_faser/models/small_pair is part of the repository"
+    return SimpleNamespace(target=pair.target, eagle=pair.eagle, standalone=pair.draft,
+                           tokenizer=AutoTokenizer.from_pretrained(pair.target))
+
+
 @pytest.mark.parametrize(
     "algorithm, frontier, overlap",
     [("EAGLE", 1, True), ("STANDALONE", 2, False), ("EAGLE", 3, False), ("STANDALONE", 1, True)],
     ids=["eagle-f1-overlap", "standalone-f2-serial", "eagle-fmax-serial", "standalone-f1-overlap"],
 )
-def test_frontier_greedy_output_equals_hf(algorithm, frontier, overlap, tiny_suite, tokenizer, engine_pool,
-                                          hf_greedy):
+def test_frontier_greedy_output_equals_hf(algorithm, frontier, overlap, trained, engine_pool, hf_greedy):
     config = FaserConfig(min_len=2, frontier_size=frontier, overlap=overlap)  # lengths 2..3: ragged and chunked
-    engine = engine_pool.get(f"frontier-{algorithm}-{frontier}-{overlap}", faser=config,
-                             **_pair(tiny_suite, algorithm))
-    input_ids = [tokenizer(p).input_ids for p in PROMPTS]
+    engine = engine_pool.get(f"frontier-pair-{algorithm}-{frontier}-{overlap}", faser=config,
+                             **_pair(trained, algorithm))
+    before = _faser_report(engine)["counters"]
+    input_ids = [trained.tokenizer(p).input_ids for p in PROMPTS]
     outs = engine.generate(input_ids=input_ids, sampling_params=GREEDY)
     for ids, out in zip(input_ids, outs):
-        assert out["output_ids"] == hf_greedy(tiny_suite.target, ids, MAX_NEW)
+        assert out["output_ids"] == hf_greedy(trained.target, ids, MAX_NEW)
         histogram = out["meta_info"]["spec_cap_lens_histogram"]
         assert sum(histogram[:2]) == 0 and sum(histogram[2:]) > 0, histogram  # every step drafted 2 or 3
+    report = _faser_report(engine)
+    after = {k: v - before[k] for k, v in report["counters"].items() if isinstance(v, int)}
+    assert report["verify_path"] == "ragged"
+    # the target computed sum(k_i + 1) rows, less what early pruning skipped: counted pass by pass
+    assert after["verified"] + after["pruned"] == after["proposed"] + after["requests"] > 0, after
+    if frontier < 3:
+        assert after["offset_passes"] > 0, after  # later frontiers ran as passes starting past row 0
 
 
 def _cycle_engine(suite, engine_pool):
@@ -71,11 +95,17 @@ def test_a_rejected_request_is_pruned_while_its_neighbour_goes_on(tiny_suite, en
     # the hopeless request is verified in frontier 0 only (root + draft 1): its rows 2 and 3 are pruned every step
     assert pruned >= 2 * (steps - 1), (pruned, steps)
     assert after["verified"] - before["verified"] < 2 * 4 * steps  # fewer rows than one-shot B x (d + 1)
+    # the pruned request is drafted no further: the draft forwards really skipped its rows, and say so
+    assert after["draft_skipped"] > before["draft_skipped"]
+    assert _faser_report(engine)["draft_path"] == "cut"
+
+
+def _faser_report(engine) -> dict:
+    return engine.get_server_info()["internal_states"][0]["faser"]
 
 
 def _faser_counters(engine) -> dict:
-    info = engine.get_server_info()
-    return info["internal_states"][0]["faser"]["counters"]
+    return _faser_report(engine)["counters"]
 
 
 def test_sampled_output_keeps_the_target_distribution_with_frontiers(tiny_suite, engine_pool):
@@ -115,3 +145,47 @@ def test_sampled_output_keeps_the_target_distribution_with_frontiers(tiny_suite,
     assert abs(successes - expected) / variance**0.5 < 4.5, (successes, expected)
     assert abs(in_a - expected_a) / variance_a**0.5 < 4.5, (in_a, expected_a)
     assert sum(out["meta_info"]["spec_num_correct_drafts"] for out in outs) > 0  # drafts were accepted too
+
+
+def test_sampled_output_keeps_the_full_next_token_distribution_with_ragged_passes(tiny_suite, tokenizer,
+                                                                                    engine_pool):
+    """Chi-square over the whole next-token distribution, on the tiny target (attention on: a KV error from a
+    ragged or offset pass changes the distribution).
+
+    For every emitted token, HF gives the target's exact distribution p given the real prefix. The vocabulary is
+    cut into ``BINS`` groups by p (sorted, about equal mass each); under the null hypothesis the emitted token
+    falls into group b with probability mass_b, so the counts per group follow a multinomial whose expectation
+    is the summed masses: a test of the whole distribution, not of a mean. Lengths vary per request (adaptive,
+    min 1) and frontiers of 1 make passes start past row 0.
+    """
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    bins, temperature, max_new = 8, 1.0, 32
+    config = FaserConfig(min_len=1, frontier_size=1)
+    engine = engine_pool.get("frontier-sampled-EAGLE-f1", faser=config, **_pair(tiny_suite, "EAGLE"))
+    prompts = [tokenizer(p).input_ids for p in PROMPTS] * 3
+    params = {"temperature": temperature, "max_new_tokens": max_new, "ignore_eos": True}
+    before = _faser_counters(engine)
+    outs = engine.generate(input_ids=prompts, sampling_params=params)
+    after = _faser_counters(engine)
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_suite.target, dtype=torch.float32).eval()
+    observed, expected = np.zeros(bins), np.zeros(bins)
+    for prompt, out in zip(prompts, outs):
+        ids = prompt + out["output_ids"]
+        with torch.no_grad():
+            logits = model(torch.tensor([ids])).logits[0, len(prompt) - 1 : len(ids) - 1].double()
+        probs = torch.softmax(logits / temperature, dim=-1).numpy()
+        for p, token in zip(probs, out["output_ids"]):
+            order = np.argsort(-p)
+            group = np.minimum((np.cumsum(p[order]) - p[order] / 2) * bins, bins - 1).astype(int)
+            groups = np.empty_like(group)
+            groups[order] = group
+            expected += np.bincount(groups, weights=p, minlength=bins)
+            observed[groups[token]] += 1
+    chi2 = float(((observed - expected) ** 2 / expected).sum())
+    assert chi2 < 26.0, (chi2, observed.tolist(), expected.round(1).tolist())  # 7 dof: p < 0.0005 by chance
+    assert sum(out["meta_info"]["spec_num_correct_drafts"] for out in outs) > 0  # drafts were accepted too
+    assert after["offset_passes"] > before["offset_passes"]

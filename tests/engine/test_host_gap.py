@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from sglang_faser.engine.worker import FaserWorkerMixin
+from sglang_faser.engine.step import FaserEngine
 
 
 def _gap(last, began, rids):
-    return FaserWorkerMixin._host_gap(SimpleNamespace(_faser_last=last), began, frozenset(rids))
+    return FaserEngine._host_gap(SimpleNamespace(_last=last), began, frozenset(rids))
 
 
 def test_back_to_back_decode_steps_count_the_gap_as_schedule_and_step_cost():

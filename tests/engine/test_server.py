@@ -67,7 +67,7 @@ def test_readme_demo_runs_end_to_end(tiny_suite):
 
 
 def test_launcher_runs_the_faser_worker_with_depth_tiers(server):
-    """FASER is on by default under the launcher, on the tiered path (draft and verify only to the chosen depth)."""
+    """FASER is on by default under the launcher, with depth tiers (draft and verify only to the chosen depth)."""
     requests.post(
         server.url + "/generate",
         json={"text": "the lazy dog", "sampling_params": {"temperature": 0, "max_new_tokens": 8}},
@@ -75,4 +75,4 @@ def test_launcher_runs_the_faser_worker_with_depth_tiers(server):
     )
     log = server.log_path.read_text()
     assert "FASER worker on EAGLEWorkerV2" in log
-    assert "path=tiered" in log
+    assert "depth_tiers=on" in log and "FASER verify path: ragged" in log

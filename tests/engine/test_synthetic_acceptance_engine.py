@@ -32,7 +32,7 @@ def _serve(flags, log, monkeypatch, spec: str):
 
 def test_rate_one_accepts_every_draft_of_stock_fixed_length_3(tiny_suite, tmp_path, monkeypatch):
     # synthetic rate 1.0: every draft accepted whatever the embedded EAGLE head proposed
-    with _serve(CHAIN_3 + ["--faser-mode", "off"], tmp_path / "s.log", monkeypatch, "1.0:1.0") as server:
+    with _serve(CHAIN_3 + ["--faser-mode", "stock"], tmp_path / "s.log", monkeypatch, "1.0:1.0") as server:
         lengths = _accept_lengths(server.url, [f"one-{i}" for i in range(3)])
     assert min(lengths) >= 3.5, lengths  # 3 drafts + 1 bonus per step, but for a truncated last step
     assert "SYNTHETIC ACCEPTANCE ON" in (tmp_path / "s.log").read_text()

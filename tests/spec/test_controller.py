@@ -1,4 +1,4 @@
-"""The per-step controller: bounds, depth, exploration and counters."""
+"""The per-step controller: bounds, depth, exploration, counters, and decisions queued by step."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sglang_faser.spec.config import FaserConfig
-from sglang_faser.spec.controller import LengthController
+from sglang_faser.spec.controller import MAX_PENDING_STEPS, LengthController
 
 
 def test_depth_is_the_deepest_length_and_counters_add_up():
@@ -89,3 +89,41 @@ def test_model_report_shows_the_fitted_costs_and_the_acceptance_it_learned():
     after = controller.model_report()
     assert after["accept_by_position"][0] < before["accept_by_position"][0] / 2
     assert after["verify_mape"] is not None and len(after["verify_coef"]) == 3 and len(after["draft_coef"]) == 4
+
+
+def test_overlap_order_credits_each_result_to_the_step_it_belongs_to():
+    # SGLang's overlap scheduler decides step 2 before step 1's accepted counts reach observe()
+    controller = LengthController(FaserConfig(mode="fixed", fixed_len=3), window=3, explore_every=0)
+    first = controller.decide(["a", "b"], caps=np.array([0, 3]))
+    second = controller.decide(["a", "b"], caps=np.array([3, 0]))
+    assert first.lengths.tolist() == [0, 3] and second.lengths.tolist() == [3, 0]
+    prior = controller.tracker.accept_probs(["a"])[0].copy()
+    # a single pending slot would credit [0, 2] against step 2's lengths [3, 0], then drop step 2's result
+    controller.observe([0, 2])  # step 1: b accepted 2 of its 3
+    controller.observe([2, 0])  # step 2: a accepted 2 of its 3
+    c = controller.counters
+    assert (c.accepted, c.committed, c.unobserved) == (4, 8, 0)
+    assert c.proposed_by_position == [2, 2, 2] and c.accepted_by_position == [2, 2, 0]
+    a = controller.tracker.accept_probs(["a"])[0]
+    assert a[0] > prior[0] and a[1] > prior[1] and a[2] < prior[2]  # accepted, accepted, rejected
+
+
+def test_pending_decisions_are_bounded_when_results_go_missing():
+    controller = LengthController(FaserConfig(mode="fixed", fixed_len=1), window=3, explore_every=0)
+    for step in range(MAX_PENDING_STEPS + 2):
+        controller.decide(["a"], caps=np.array([step % 2]))  # lengths 0, 1, 0, 1, 0, 1
+    assert controller.counters.unobserved == 2
+    for _ in range(MAX_PENDING_STEPS + 1):
+        controller.observe([1])
+    c = controller.counters
+    assert c.accepted == 2 and c.committed == MAX_PENDING_STEPS + 2  # the 4 kept steps: lengths 0, 1, 0, 1
+
+
+def test_uniform_backend_gets_one_length_for_the_whole_batch():
+    controller = LengthController(FaserConfig(), window=4, explore_every=0)
+    for _ in range(30):  # a always accepts, b never does: per-request lengths would split them
+        decision = controller.decide(["a", "b"])
+        controller.observe([decision.lengths[0], 0])
+    assert controller.decide(["a", "b"]).lengths.tolist() == [4, 0]
+    uniform = controller.decide(["a", "b", "c"], caps=np.array([4, 4, 1]), uniform=True)
+    assert uniform.lengths[0] == uniform.lengths[1] and uniform.lengths[2] == min(uniform.lengths[0], 1)

@@ -1,18 +1,11 @@
-"""The frontier planner: chunk bounds, who takes part in which pass, pass grouping, pruning and the pipeline."""
+"""The frontier planner: chunk bounds, the ragged pass of each frontier, pruning, and who is drafted when."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from sglang_faser.spec.frontier import (
-    first_rejection,
-    frontier_bounds,
-    group_passes,
-    pipeline_schedule,
-    plan_frontier,
-    rows_needed,
-)
+from sglang_faser.spec.frontier import drafted_at, first_rejection, frontier_bounds, plan_frontier, rows_needed
 
 
 @pytest.mark.parametrize(
@@ -39,24 +32,20 @@ def test_rows_needed_is_ragged():
     assert rows_needed(lengths, 3, 5).tolist() == [0, 0, 2, 0]
 
 
-def test_without_a_cost_model_each_width_is_its_own_pass():
-    groups = group_passes(np.arange(5), np.array([1, 3, 1, 0, 2]))
-    assert [(g.tolist(), w) for g, w in groups] == [([0, 2], 1), ([4], 2), ([1], 3)]  # width 0 takes no pass
-
-
-def test_cost_model_merges_passes_when_the_overhead_outweighs_padding():
-    members, widths = np.arange(4), np.array([1, 2, 2, 3])
-    expensive_pass = group_passes(members, widths, lambda requests, rows: 100.0 + rows)
-    assert [(g.tolist(), w) for g, w in expensive_pass] == [([0, 1, 2, 3], 3)]
-    expensive_rows = group_passes(members, widths, lambda requests, rows: 0.1 + 10.0 * rows)
-    assert [(g.tolist(), w) for g, w in expensive_rows] == [([0], 1), ([1, 2], 2), ([3], 3)]
-
-
-def test_plan_frontier_takes_only_live_requests_with_rows_left():
+def test_plan_frontier_is_one_ragged_pass_over_live_requests_with_rows_left():
     lengths = np.array([3, 0, 5, 5])
-    passes = plan_frontier(1, (3, 5), live=np.array([0, 2]), lengths=lengths)
-    assert [(p.frontier, p.members.tolist(), p.offset, p.width) for p in passes] == [(1, [0], 3, 1), (1, [2], 3, 2)]
-    assert sum(p.rows for p in passes) == 3
+    vpass = plan_frontier(1, (3, 5), live=np.array([0, 2]), lengths=lengths)
+    assert (vpass.frontier, vpass.members.tolist(), vpass.offset, vpass.widths.tolist()) == (1, [0, 2], 3, [1, 2])
+    assert vpass.rows == 3
+    member, row = vpass.columns
+    assert member.tolist() == [0, 1, 1] and row.tolist() == [3, 3, 4]  # request 0: row 3; request 2: rows 3, 4
+    assert plan_frontier(2, (5, 6), live=np.array([0, 1]), lengths=lengths) is None  # nobody needs row 5
+
+
+def test_whole_step_pass_takes_k_plus_one_rows_each():
+    lengths = np.array([0, 2, 4])
+    vpass = plan_frontier(0, (0, 5), live=np.arange(3), lengths=lengths)
+    assert vpass.widths.tolist() == [1, 3, 5] and vpass.rows == int((lengths + 1).sum())
 
 
 def test_first_rejection_finds_the_first_mismatch_on_the_chain():
@@ -67,16 +56,25 @@ def test_first_rejection_finds_the_first_mismatch_on_the_chain():
     assert first_rejection(predictions, next_tokens, valid).tolist() == [-1, 1, 0]
 
 
-def test_pipeline_overlaps_verify_f_with_draft_f_plus_one():
-    events = pipeline_schedule(3, overlap=True)
-    slots = {}
-    for e in events:
-        slots.setdefault(e.slot, []).append((e.phase, e.frontier))
-    assert slots == {0: [("draft", 0)], 1: [("verify", 0), ("draft", 1)], 2: [("verify", 1), ("draft", 2)],
-                     3: [("verify", 2)]}
-    serial = pipeline_schedule(3, overlap=False)
-    assert [e.slot for e in serial] == list(range(len(serial)))
-    assert [(e.phase, e.frontier) for e in serial] == [(e.phase, e.frontier) for e in events]
+def test_forward_s_drafts_only_requests_that_need_token_s_plus_2():
+    lengths = np.array([0, 1, 2, 3])
+    assert drafted_at(0, lengths).tolist() == [2, 3]  # forward 0 makes draft token 2
+    assert drafted_at(1, lengths).tolist() == [3]
+    assert drafted_at(2, lengths).tolist() == []
+
+
+def test_serial_schedule_stops_drafting_a_request_rejected_in_the_previous_frontier():
+    bounds, lengths = frontier_bounds(3, 1), np.array([3, 3, 3])
+    live_after = [np.array([1])]  # frontier 0 rejected requests 0 and 2
+    assert drafted_at(0, lengths, bounds, live_after, overlap=False).tolist() == [1]  # token 2: verdict 0 applies
+    assert drafted_at(1, lengths, bounds, live_after, overlap=False).tolist() == [1]
+
+
+def test_overlapped_schedule_applies_a_verdict_one_chunk_later():
+    bounds, lengths = frontier_bounds(3, 1), np.array([3, 3, 3])
+    live_after = [np.array([1])]
+    assert drafted_at(0, lengths, bounds, live_after, overlap=True).tolist() == [0, 1, 2]  # beside verify 0
+    assert drafted_at(1, lengths, bounds, live_after, overlap=True).tolist() == [1]  # token 3: verdict 0 known
 
 
 def test_first_rejection_with_no_draft_rows():

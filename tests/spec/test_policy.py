@@ -125,3 +125,29 @@ def test_costly_draft_rows_keep_a_weak_request_at_one_draft_beside_a_sure_one():
     assert plan(accept, cost).lengths.tolist() == [K, 1]
     cost.draft_cut = False  # every request drafted to the step's depth: going deep for one costs rows for both
     assert plan(accept, cost).lengths.tolist() == [1, 1]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_uniform_gives_every_request_one_length_up_to_its_bounds(seed):
+    rng = np.random.default_rng(500 + seed)
+    batch = int(rng.integers(2, 32))
+    accept = rng.uniform(0.0, 1.0, size=(batch, K))
+    caps = np.where(rng.uniform(size=batch) < 0.2, rng.integers(0, K + 1, size=batch), K)
+    mins = np.minimum(np.where(rng.uniform(size=batch) < 0.2, rng.integers(0, 3, size=batch), 0), caps)
+    cost = StepCostModel(verify_coef=[rng.uniform(1, 20), 0.0, rng.uniform(0, 1)],
+                         draft_coef=[0.0, 0.0, rng.uniform(0, 3), 0.0])
+    result = GoodputPolicy().plan(accept, caps, mins, cost, uniform=True)
+    uniform = [np.clip(j, mins, caps).tolist() for j in range(K + 1)]  # equal wherever no cap or floor clips
+    assert result.lengths.tolist() in uniform
+    assert (result.expected_tokens, result.expected_ms) == pytest.approx(
+        evaluate(accept, result.lengths, cost, uniform=True))
+    best_fixed = max(FixedPolicy(j).plan(accept, caps, mins, cost, uniform=True).goodput for j in range(K + 1))
+    assert result.goodput >= best_fixed * (1 - 1e-12)
+
+
+def test_uniform_keeps_a_sure_and_a_hopeless_request_at_the_same_length():
+    accept = np.stack([np.ones(K), np.zeros(K)])
+    assert plan(accept, linear_cost(per_token=0.5)).lengths.tolist() == [K, 0]
+    together = GoodputPolicy().plan(accept, np.full(2, K), np.zeros(2, dtype=int), linear_cost(per_token=0.5),
+                                    uniform=True)
+    assert together.lengths[0] == together.lengths[1]

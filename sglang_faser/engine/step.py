@@ -1,0 +1,244 @@
+"""One FASER decode step, top to bottom: decide -> draft -> verify -> commit -> record.
+
+``FaserEngine`` is the long-lived state of one FASER worker (the length controller, depth tiers, telemetry) and
+``decode`` is one step. It runs SGLang's own pieces in SGLang's order (``EAGLEWorkerV2.forward_batch_generation``,
+eagle_worker_v2.py:1416) and changes only how much work each does:
+
+* **decide**: the controller gives every request its length k_i; rank 0's lengths are broadcast so that every
+  TP rank runs the same shapes; the step's depth d = max k_i selects a pre-built runtime state (depth tiers:
+  one per depth, built at start-up with SGLang's ``AdaptiveController``);
+* **draft**: draft forward s runs only for requests that need its token (``draft_cut.py``); with frontiers,
+  finished frontiers are verified between draft forwards (``pipeline.py``);
+* **verify**: request i's chain is cut after k_i drafts and the target verifies k_i + 1 rows for it, as ragged
+  passes in SGLang's ``RaggedVerifyLayout`` (``verify.py``) where the backend supports it; elsewhere SGLang's
+  single pass runs and every request gets the same length (a cut chain there would only lose tokens);
+* **commit**: SGLang samples, accepts and commits; the scheduler is told the new lengths; the draft-extend
+  brings the draft's state up to date;
+* **record**: measured phase times feed the cost model and telemetry; acceptance arrives later, through
+  ``observe`` (SGLang's ``on_verify_complete_cpu``), matched to this step by the controller's decision queue.
+
+Every SGLang object is reached through ``touchpoints`` (imported as ``sgl``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+
+import numpy as np
+
+from sglang_faser.engine import touchpoints as sgl
+from sglang_faser.engine.depth_tiers import DepthTiers
+from sglang_faser.engine.draft_cut import DraftCut, DraftSchedule
+from sglang_faser.engine.metrics import FaserMetrics
+from sglang_faser.engine.pipeline import FrontierPipeline
+from sglang_faser.engine.profiler import seed_cost_model
+from sglang_faser.engine.rank_sync import broadcast_lengths
+from sglang_faser.engine.verify import RaggedVerifier
+from sglang_faser.spec.config import FaserConfig
+from sglang_faser.spec.controller import LengthController, StepDecision
+from sglang_faser.spec.cost_model import DRAFT, VERIFY
+from sglang_faser.spec.request_params import parse_or_none
+from sglang_faser.spec.telemetry import TelemetryRecorder, subtract
+
+logger = logging.getLogger(__name__)
+
+
+class FaserEngine:
+    def __init__(self, worker):
+        self.worker = worker
+        self.window, topk, device = sgl.worker_settings(worker)
+        self.config = FaserConfig.from_env()
+        self.controller = LengthController(self.config, window=self.window, calibration_sweeps=2)
+        self.tiers: DepthTiers | None = None
+        if topk == 1:
+            tiers = DepthTiers(self.window)
+            if device == "cpu" and not sgl.decode_graphs_disabled():
+                logger.warning("FASER: depth tiers on CPU need --disable-cuda-graph; drafting the whole window")
+            elif sgl.install_depth_tiers(worker, tiers):
+                self.tiers = tiers
+        # decided with the start-up profile, once the target runner is complete: ragged | uniform | stock-tree
+        self.verify_path = "stock-tree" if topk != 1 else "pending"
+        self.draft_path = "none"
+        self.profile = "pending"
+        self.policy_version = 0
+        self.telemetry = TelemetryRecorder()
+        self.metrics = FaserMetrics.create({"worker": "faser"})
+        self._metrics_at = 0.0
+        self._last: tuple[float, frozenset, bool] | None = None  # last step's end, its requests, was it a decode
+        logger.info("FASER worker on %s: window=%d topk=%d depth_tiers=%s config=%s", type(worker).__mro__[2].__name__,
+                    self.window, topk, "on" if self.tiers is not None else "off", self.config.to_json())
+
+    # -- the scheduler's entry -----------------------------------------------------------------------------
+    def forward(self, batch, on_publish, grammar_barrier, pp_proxy_tensors, stock):
+        kind = sgl.decode_step_kind(batch)
+        if self.verify_path == "stock-tree" or kind == "stock":
+            return stock(batch, on_publish, grammar_barrier, pp_proxy_tensors)
+        if kind == "prefill":
+            began = time.perf_counter()
+            result = stock(batch, on_publish, grammar_barrier, pp_proxy_tensors)
+            ended = time.perf_counter()
+            self._end_step([("prefill", began, ended)], batch_size=0)
+            self._last = (ended, self._last[1] if self._last else frozenset(), False)
+            return result
+        return self.decode(batch, on_publish, grammar_barrier, pp_proxy_tensors)
+
+    def decode(self, batch, on_publish, grammar_barrier, pp_proxy_tensors):
+        began = time.perf_counter()
+        if self.profile == "pending":
+            self._start_up()
+        view = sgl.step_batch(batch)
+        phases, host_ms = self._host_gap(began, frozenset(view.rids))
+
+        # decide
+        decision = self._decide(view)
+        sgl.activate_depth(self.worker, len(view.rids))  # the depth tiers answer with decision.depth
+
+        # draft (with frontiers: finished frontiers verified between draft forwards)
+        verifier = self._verifier(view, decision, phases)
+        draft_began = time.perf_counter()
+        if decision.depth == 0:
+            verify_input, cut = sgl.plain_decode_input(self.worker, batch), DraftCut(DraftSchedule([]), 0)
+        else:
+            schedule = (FrontierPipeline(verifier, decision.lengths, self.config.overlap, self.worker, batch)
+                        if verifier is not None and len(verifier.bounds) > 1 else DraftSchedule(decision.lengths))
+            cut = DraftCut(schedule, decision.depth)
+            with sgl.draft_runner_hook(self.worker, cut.hook):
+                verify_input = sgl.draft(self.worker, batch)
+            early = [(a, b) for phase, a, b in phases if phase == "verify"]
+            phases += [("draft", a, b) for a, b in subtract(draft_began, time.perf_counter(), early)]
+
+        # verify: chains cut at k_i; the target computes the planned rows only
+        sgl.cut_chains(verify_input, decision.lengths)
+        verify_began = time.perf_counter()
+        if verifier is not None:
+            with sgl.target_verify_hook(self.worker, verifier.forward):
+                result = sgl.verify(self.worker, batch, verify_input, pp_proxy_tensors, grammar_barrier)
+        else:
+            result = sgl.verify(self.worker, batch, verify_input, pp_proxy_tensors, grammar_barrier)
+        verify_ended = time.perf_counter()
+        phases.append(("verify", verify_began, verify_ended))
+
+        # commit: the scheduler learns the new lengths, the draft catches up on the accepted tokens
+        if on_publish is not None:
+            on_publish(result.new_seq_lens)
+        sgl.draft_extend(self.worker, batch, result, verify_input, decision.depth)
+        ended = time.perf_counter()
+        phases.append(("draft_extend", verify_ended, ended))
+        sgl.set_cap_lens(result, decision.lengths)
+
+        # record
+        self._record(decision, cut, verifier, phases, began, verify_began, verify_ended, ended, host_ms)
+        self._last = (ended, frozenset(view.rids), True)
+        return result
+
+    # -- decide ----------------------------------------------------------------------------------------------
+    def _start_up(self) -> None:
+        self.verify_path = sgl.verify_layout(self.worker)
+        self.profile = seed_cost_model(self.controller.cost, sgl.target_runner(self.worker), self.window)
+        logger.info("FASER verify path: %s", self.verify_path)
+        if self.verify_path != "ragged" and self.config.frontier_size:
+            logger.warning("FASER: --faser-frontier-size %d needs the ragged verify path; this backend verifies "
+                           "each step in SGLang's single pass", self.config.frontier_size)
+
+    def _decide(self, view) -> StepDecision:
+        controls = [parse_or_none(c) for c in view.controls]
+        caps = np.array([self.window if c.max_len is None else c.max_len for c in controls], dtype=np.int64)
+        floors = np.array([c.floor for c in controls], dtype=np.int64)
+        decision = self.controller.decide(view.rids, caps=caps, floors=floors, padded=self.tiers is None,
+                                          uniform=self.verify_path != "ragged")
+        group, src = sgl.broadcast_group(self.worker)
+        if group is not None:  # every TP rank runs rank 0's lengths and depth: the same shapes in every collective
+            plan = broadcast_lengths(np.append(decision.lengths, decision.depth), len(view.rids) + 1, group, src)
+            decision = self.controller.replace_last(decision, plan[:-1], plan[-1])
+        if self.tiers is not None:
+            self.tiers.next_depth = decision.depth
+        return decision
+
+    def _host_gap(self, began: float, rids: frozenset) -> tuple[list, float]:
+        """The scheduler's host work since the last step (results, streaming, batch building), as a ``schedule``
+        phase when some of these requests ran throughout it (otherwise the gap may be idle time); its
+        milliseconds count as step cost only between two decode steps, where one batch's work is all it holds."""
+        last = self._last
+        if last is None or last[1].isdisjoint(rids) or began <= last[0]:
+            return [], 0.0
+        ended, _, after_decode = last
+        return [("schedule", ended, began)], (began - ended) * 1e3 if after_decode else 0.0
+
+    def _verifier(self, view, decision: StepDecision, phases: list) -> RaggedVerifier | None:
+        """Ragged, frontier-chunked verification with early pruning (None: SGLang's single pass)."""
+        if self.verify_path != "ragged" or sgl.target_call_wrapped(self.worker):
+            return None
+        controller = self.controller
+
+        def on_pass(vpass, began: float, ended: float) -> None:
+            controller.record_phase(VERIFY, len(vpass.members), vpass.rows, (ended - began) * 1e3)
+            phases.append(("verify", began, ended))
+
+        target_forward = sgl.target_forward(self.worker)
+        rows = (decision.depth if self.tiers is not None else self.window) + 1
+        return RaggedVerifier(target_forward, decision.lengths, view.prunable, self.config.frontier_size, rows,
+                              on_pass=on_pass)
+
+    # -- record ----------------------------------------------------------------------------------------------
+    def _record(self, decision, cut: DraftCut, verifier, phases, began, verify_began, verify_ended, ended,
+                host_ms) -> None:
+        controller, bs = self.controller, len(decision.lengths)
+        if cut.path is not None:
+            self.draft_path = cut.path
+        controller.record_drafting(cut.rows, cut.skipped, cut=self.draft_path == "cut")
+        if verifier is not None:
+            stats = verifier.stats
+            controller.record_verification(stats.verified_rows, stats.pruned_rows, stats.offset_passes)
+            verify_ms = verifier.pass_seconds * 1e3
+            if verifier.mismatches:
+                logger.error("FASER step: %d early-verified frontier(s) recomputed", verifier.mismatches)
+        else:
+            rows = (decision.depth if self.tiers is not None else self.window) + 1
+            controller.record_verification(bs * rows, 0, 0)
+            verify_ms = (verify_ended - verify_began) * 1e3
+            controller.record_phase(VERIFY, bs, bs * rows, verify_ms)
+        # the rest of the step, with the scheduler's host work since the last step, is the draft side's: a
+        # per-step cost that longer drafts amortise
+        total_ms = (ended - began) * 1e3
+        controller.record_phase(DRAFT, bs, decision.depth, max(total_ms - verify_ms, 0.0) + host_ms, rows=cut.rows)
+        self._end_step(phases, batch_size=bs)
+
+    def _end_step(self, phases, batch_size: int) -> None:
+        self.telemetry.record_step(phases, self.controller.counters, batch_size)
+        now = time.monotonic()
+        if self.metrics is not None and now - self._metrics_at >= 1.0:
+            self._metrics_at = now
+            window = self.telemetry.snapshot()["window"]
+            self.metrics.update(self.controller.counters, window, self.policy_version)
+
+    # -- feedback and the control plane --------------------------------------------------------------------
+    def observe(self, num_correct_drafts_per_req) -> None:
+        self.controller.observe(num_correct_drafts_per_req)
+
+    def forget(self, rid: str) -> None:
+        self.controller.forget(rid)
+
+    def apply_policy(self, config: FaserConfig, version: int) -> None:
+        """A new policy, taken between two scheduler steps; requests in flight get new lengths next step."""
+        old, self.config = self.config, config
+        self.controller.apply_config(config)
+        self.policy_version = version
+        logger.info("FASER policy v%d: %s (was %s)", version, config.to_json(), old.to_json())
+
+    def report(self) -> dict:
+        """What /server_info carries for the control service: policy, paths, counters, telemetry."""
+        return {
+            "policy": json.loads(self.config.to_json()),
+            "version": self.policy_version,
+            "window": self.window,
+            "verify_path": self.verify_path,
+            "depth_tiers": self.tiers is not None,
+            "draft_path": self.draft_path,
+            "profile": self.profile,
+            "counters": dataclasses.asdict(self.controller.counters),
+            "telemetry": self.telemetry.snapshot(),
+            "model": self.controller.model_report(),
+        }

@@ -1,0 +1,69 @@
+"""The draft path FASER reports is the path that ran (``DraftCut``), not the one it meant to run.
+
+Unit-level: a fake draft forward stands in for SGLang's runner, with a backend table that can be sub-set
+(intel_amx's ``draft_decode_metadata``) or not (any other backend); a hook SGLang never calls stands for CUDA-graph
+replay. The engine-level counterpart is in test_faser_worker.py (``draft_skipped`` on a real engine).
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from sglang_faser.engine.draft_cut import DraftCut, DraftSchedule
+
+BS = 3
+
+
+def _batch():
+    ids = torch.arange(BS)
+    return SimpleNamespace(batch_size=BS, input_ids=ids, positions=ids, out_cache_loc=ids, req_pool_indices=ids,
+                           seq_lens=ids + 5, seq_lens_cpu=None, req_pool_indices_cpu=None, num_token_non_padded=None,
+                           spec_info=None)
+
+
+def _forward(calls):
+    def forward(fb, *args, **kwargs):
+        calls.append(fb.batch_size)
+        logits = SimpleNamespace(next_token_logits=torch.ones(fb.batch_size, 4), hidden_states=None)
+        return SimpleNamespace(logits_output=logits)
+
+    return forward
+
+
+def _run(cut: DraftCut, backend, forwards: int):
+    calls = []
+    run = cut.hook(_forward(calls), [backend] * forwards)
+    outs = [run(_batch()) for _ in range(forwards)]
+    return calls, outs
+
+
+def test_a_sub_settable_backend_drafts_only_the_requests_that_need_it():
+    table = (torch.zeros(BS, 8), torch.arange(BS), torch.arange(BS))
+    backend = SimpleNamespace(draft_decode_metadata=table)
+    cut = DraftCut(DraftSchedule(np.array([1, 3, 2])), depth=3)  # forward 0: k >= 2; forward 1: k >= 3
+    calls, outs = _run(cut, backend, forwards=2)
+    assert calls == [2, 1] and (cut.rows, cut.skipped) == (3, 3)
+    assert cut.path == "cut"
+    assert backend.draft_decode_metadata is table  # restored after each forward
+    assert outs[1].logits_output.next_token_logits[:, 0].tolist() == [0.0, 1.0, 0.0]  # zeros for the skipped
+
+
+def test_a_backend_without_a_sub_settable_table_reports_full_depth():
+    cut = DraftCut(DraftSchedule(np.array([1, 3, 2])), depth=3)
+    calls, _ = _run(cut, SimpleNamespace(draft_decode_metadata=None), forwards=2)
+    assert calls == [BS, BS] and cut.skipped == 0
+    assert cut.path == "full-depth"
+
+
+def test_a_hook_never_called_reports_full_depth():
+    """CUDA-graph replay drafts inside the graph and never calls the runner's forward."""
+    cut = DraftCut(DraftSchedule(np.array([1, 3, 2])), depth=3)
+    assert cut.path == "full-depth"
+
+
+def test_a_step_without_draft_forwards_reports_nothing():
+    assert DraftCut(DraftSchedule(np.array([1, 1])), depth=1).path is None
+    assert DraftCut(DraftSchedule(np.array([0, 0])), depth=0).path is None
