@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.serve import metrics, report, telemetry, workload  # noqa: E402
-from benchmarks.serve.configs import QUICK, configurations  # noqa: E402
+from benchmarks.serve.configs import EXTRA, QUICK, configurations  # noqa: E402
 from benchmarks.serve.driver import drive  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -76,7 +76,8 @@ def run_config(name: str, flags: list[str], args, workloads: dict, progress) -> 
 def build_workloads(args, n: int, max_new: int, rates: list[float]) -> dict:
     if args.trace:
         return {"trace": {"trace": workload.replay(args.trace, max_new)}}
-    return {process: {str(rate): workload.build(n, rate, process, max_new, args.seed, args.cv) for rate in rates}
+    return {process: {str(rate): workload.build(n, rate, process, max_new, args.seed, args.cv, args.prompts)
+                      for rate in rates}
             for process in args.arrivals}
 
 
@@ -105,6 +106,9 @@ def parse_args(argv):
     parser.add_argument("--burstiness", type=float,
                         help="Gamma arrivals, vLLM's convention: shape b, CV = 1/sqrt(b) (b < 1 bursty); overrides --cv")
     parser.add_argument("--trace", help="JSONL trace to replay: {t, prompt, max_new_tokens}")
+    parser.add_argument("--prompts", choices=workload.PROMPT_SETS, default="standard",
+                        help="standard: ShareGPT, MT-Bench and HumanEval subsets; mixed: half predictable (repeated "
+                        "code lines), half not (random letters), so acceptance differs per request in one stream")
     parser.add_argument("--algorithm", default="EAGLE", choices=["EAGLE", "EAGLE3", "STANDALONE"])
     parser.add_argument("--window", type=int, default=7, help="FASER's and SGLang-adaptive's largest length")
     parser.add_argument("--model-path")
@@ -116,10 +120,12 @@ def parse_args(argv):
     parser.add_argument("--synthetic-acceptance", metavar="LOW:HIGH[:SEED]",
                         help="BENCHMARK ONLY: accept drafts at per-request rates drawn from [LOW, HIGH]")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="runs of every configuration, in alternating order; each cell reports the median run")
     parser.add_argument("--tag", help="results file suffix (default: quick or full)")
     parser.add_argument("--out-dir", type=Path, default=RESULTS, help="where results and server logs go")
     args = parser.parse_args(argv)
-    args.tag = args.tag or ("quick" if args.quick else "full")
+    args.tag = args.tag or ("quick" if args.quick else "full") + ("-mixed" if args.prompts == "mixed" else "")
     if args.burstiness is not None:
         if args.burstiness <= 0:
             parser.error("--burstiness must be > 0")
@@ -135,7 +141,7 @@ def parse_args(argv):
 def main(argv: list[str] | None = None) -> int:
     parser, args = parse_args(argv)
     all_configs = configurations(args.algorithm, args.window)
-    names = args.configs or (list(QUICK) if args.quick else list(all_configs))
+    names = args.configs or (list(QUICK) if args.quick else [c for c in all_configs if c not in EXTRA])
     unknown = [n for n in names if n not in all_configs]
     if unknown:
         parser.error(f"unknown configuration {unknown[0]} (known: {', '.join(all_configs)})")
@@ -150,20 +156,29 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {arrivals: {} for arrivals in workloads}
     began = time.time()
     failed_configs = {}  # a server that does not start costs its rows, not the whole run
-    with tqdm(total=total, desc="requests", unit="req") as progress:
-        for name in names:
-            progress.set_postfix_str(name)
-            try:
-                for arrivals, rows in run_config(name, all_configs[name], args, workloads, progress).items():
-                    results[arrivals][name] = rows
-            except (RuntimeError, TimeoutError, OSError) as exc:
-                failed_configs[name] = str(exc)[-2000:]
-                print(f"\n{name}: server failed, skipped: {str(exc)[-300:]}", file=sys.stderr)
+    runs: dict = {}  # (arrivals, config, rate) -> one row per repeat
+    with tqdm(total=total * args.repeats, desc="requests", unit="req") as progress:
+        for repeat in range(args.repeats):  # alternating order: a drifting machine does not favour one config
+            for name in names if repeat % 2 == 0 else names[::-1]:
+                if name in failed_configs:
+                    continue
+                progress.set_postfix_str(f"{name} (repeat {repeat + 1}/{args.repeats})")
+                try:
+                    for arrivals, rows in run_config(name, all_configs[name], args, workloads, progress).items():
+                        for rate, row in rows.items():
+                            runs.setdefault((arrivals, name, rate), []).append(row)
+                except (RuntimeError, TimeoutError, OSError) as exc:
+                    failed_configs[name] = str(exc)[-2000:]
+                    print(f"\n{name}: server failed, skipped: {str(exc)[-300:]}", file=sys.stderr)
+    for (arrivals, name, rate), rows in runs.items():
+        if name not in failed_configs:
+            results[arrivals].setdefault(name, {})[rate] = metrics.median_row(rows)
     for table in results.values():
         metrics.add_ratios(table)
         metrics.check_lossless(table)  # greedy speculation must not change a token (synthetic runs excepted)
     meta = {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
-            "arrivals": list(workloads), "gamma_cv": args.cv, "requests_per_rate": n, "max_new_tokens": max_new,
+            "arrivals": list(workloads), "prompts": args.prompts, "gamma_cv": args.cv, "requests_per_rate": n,
+            "max_new_tokens": max_new, "repeats": args.repeats,
             "algorithm": args.algorithm, "window": args.window, "model": args.model_path or "embedded default",
             "server_args": args.server_arg, "synthetic_acceptance": args.synthetic, "failed_configs": failed_configs,
             "minutes": round((time.time() - began) / 60, 1)}

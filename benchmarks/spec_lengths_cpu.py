@@ -39,7 +39,8 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def configurations() -> dict[str, list[str]]:
-    return serve_configs.configurations("STANDALONE", window=5, fixed=(1, 3, 5), adaptive=False, frontiers=())
+    configs = serve_configs.configurations("STANDALONE", window=5, fixed=(1, 3, 5), adaptive=False, frontiers=())
+    return {name: flags for name, flags in configs.items() if name not in serve_configs.EXTRA}
 
 
 def workload(n: int) -> list[list[int]]:

@@ -3,7 +3,8 @@
     faserctl [--target HOST:PORT] [--token-file F] [--tls-ca PEM] COMMAND
       get-policy                      the policy in force and its version
       set-policy [--mode M] [--max-len N] [--min-len N] [--fixed-len N] [--frontier-size N] [--overlap on|off]
-                 [--request-rate X] [--relax-rate X] [--explore-every N] [--clear-max-len] [--clear-fixed-len]
+                 [--request-rate X] [--prior-weight X] [--explore X] [--latency-weight X]
+                 [--clear-max-len] [--clear-fixed-len]   (one flag per knob of sglang_faser/spec/config.py)
       telemetry [--json] [--watch [--interval S] [--count N]]
       status                          health of the service and the engine's policy version
 
@@ -20,6 +21,7 @@ import sys
 import grpc
 
 from control.convert import changes_to_wire
+from sglang_faser.spec.config import KNOBS, Mode
 from control.faser.v1 import control_pb2 as pb
 from control.faser.v1 import control_pb2_grpc as pb_grpc
 from control.telemetry_view import policy_dict, render, to_json_dict
@@ -44,14 +46,17 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("get-policy", help="print the policy in force")
     setp = sub.add_parser("set-policy", help="change some policy fields (the others stay)")
-    setp.add_argument("--mode", choices=["adaptive", "fixed", "off"])
-    for name in ("max-len", "min-len", "fixed-len", "frontier-size", "explore-every"):
-        setp.add_argument(f"--{name}", type=int)
-    setp.add_argument("--overlap", choices=["on", "off"])
-    setp.add_argument("--request-rate", type=float)
-    setp.add_argument("--relax-rate", type=float)
-    setp.add_argument("--clear-max-len", action="store_true", help="back to the server's whole draft window")
-    setp.add_argument("--clear-fixed-len", action="store_true", help="fixed mode uses max-len again")
+    for knob in KNOBS:  # one flag per policy knob (sglang_faser/spec/config.py)
+        flag = "--" + knob.name.replace("_", "-")
+        if knob.kind == "mode":
+            setp.add_argument(flag, choices=[m.value for m in Mode], help=knob.help)
+        elif knob.kind == "bool":
+            setp.add_argument(flag, choices=["on", "off"], help=knob.help)
+        else:
+            setp.add_argument(flag, type=int if knob.kind == "int" else float, help=f"{knob.help}, in {knob.bounds}")
+        if knob.optional:
+            setp.add_argument(f"--clear-{knob.name.replace('_', '-')}", action="store_true",
+                              help=f"back to the default of {knob.name}")
     tele = sub.add_parser("telemetry", help="phase shares, token counters, lengths")
     tele.add_argument("--json", action="store_true", help="machine-readable JSON (one object per snapshot)")
     tele.add_argument("--watch", action="store_true", help="keep printing snapshots")
@@ -63,17 +68,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def _changes(args) -> dict:
     changes = {}
-    if args.mode:
-        changes["mode"] = args.mode
-    for name in ("max_len", "min_len", "fixed_len", "frontier_size", "explore_every", "request_rate", "relax_rate"):
-        if getattr(args, name) is not None:
-            changes[name] = getattr(args, name)
-    if args.overlap:
-        changes["overlap"] = args.overlap == "on"
-    if args.clear_max_len:
-        changes["max_len"] = None
-    if args.clear_fixed_len:
-        changes["fixed_len"] = None
+    for knob in KNOBS:
+        value = getattr(args, knob.name)
+        if value is not None:
+            changes[knob.name] = value == "on" if knob.kind == "bool" else value
+        if knob.optional and getattr(args, f"clear_{knob.name}"):
+            changes[knob.name] = None
     return changes
 
 

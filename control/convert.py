@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 
 from control.faser.v1 import control_pb2 as pb
-from sglang_faser.spec.config import ConfigError, FaserConfig, Mode
+from sglang_faser.spec.config import KNOBS, ConfigError, FaserConfig, Mode
 
 MODE_TO_WIRE = {Mode.ADAPTIVE: pb.MODE_ADAPTIVE, Mode.FIXED: pb.MODE_FIXED, Mode.OFF: pb.MODE_OFF}
 WIRE_TO_MODE = {v: k for k, v in MODE_TO_WIRE.items()}
-OPTIONAL_FIELDS = ("max_len", "min_len", "fixed_len", "frontier_size", "overlap", "request_rate", "relax_rate",
-                   "explore_every")
+OPTIONAL_FIELDS = tuple(k.name for k in KNOBS if k.kind != "mode")  # proto3 ``optional``: set or not
+CLEARABLE = tuple(k.name for k in KNOBS if k.optional)  # None is a value: ``clear_<name>`` asks for it
 
 
 def policy_to_wire(config: FaserConfig) -> pb.Policy:
@@ -32,7 +32,7 @@ def changes_from_wire(policy: pb.Policy) -> dict:
     for name in OPTIONAL_FIELDS:
         if policy.HasField(name):
             changes[name] = getattr(policy, name)
-    for name in ("max_len", "fixed_len"):
+    for name in CLEARABLE:
         if policy.HasField(f"clear_{name}") and getattr(policy, f"clear_{name}"):
             if name in changes:
                 raise ConfigError(name, f"cannot be set and cleared in one request (clear_{name})")
@@ -46,7 +46,7 @@ def changes_to_wire(changes: dict) -> pb.Policy:
     for name, value in changes.items():
         if name == "mode":
             policy.mode = MODE_TO_WIRE[Mode(value)]
-        elif value is None and name in ("max_len", "fixed_len"):
+        elif value is None and name in CLEARABLE:
             setattr(policy, f"clear_{name}", True)
         else:
             setattr(policy, name, value)

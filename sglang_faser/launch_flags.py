@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglang_faser.spec.config import MAX_SPEC_LEN, ConfigError, FaserConfig, Mode
+from sglang_faser.spec.config import KNOBS, ConfigError, FaserConfig, Mode
 
 PREFIX = "--faser-"
 STOCK = "stock"  # launcher only, not a policy Mode: nothing of FASER is installed
@@ -38,43 +38,18 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
         allow_abbrev=False,
     )
-    group = parser.add_argument_group("FASER")
-    group.add_argument(
-        "--faser-mode",
-        choices=[m.value for m in Mode] + [STOCK],
-        default=Mode.ADAPTIVE.value,
-        help="adaptive: per-request lengths from the goodput policy; fixed: --faser-fixed-len for every "
-        "request; off: FASER's worker with length 0 for every request (the control plane can turn it back on); "
-        "stock: SGLang's own speculative decoding, no FASER worker and no control service (default: %(default)s)",
-    )
-    group.add_argument(
-        "--faser-max-len",
-        type=int,
-        default=None,
-        help=f"largest draft length per request, 0..{MAX_SPEC_LEN} (default: --speculative-num-steps)",
-    )
-    group.add_argument(
-        "--faser-min-len", type=int, default=0, help="smallest draft length per request (default: 0)"
-    )
-    group.add_argument(
-        "--faser-fixed-len",
-        type=int,
-        default=None,
-        help="draft length in --faser-mode fixed (default: the max length)",
-    )
-    group.add_argument(
-        "--faser-frontier-size",
-        type=int,
-        default=0,
-        help="draft positions per verification chunk; 0 verifies the whole step at once (default: 0)",
-    )
-    group.add_argument(
-        "--faser-overlap",
-        type=_on_off,
-        default=True,
-        metavar="{on,off}",
-        help="overlap frontier verification with drafting (default: on)",
-    )
+    group = parser.add_argument_group("FASER policy (every one also settable live: faserctl set-policy)")
+    for knob in KNOBS:
+        flag = PREFIX + knob.name.replace("_", "-")
+        if knob.kind == "mode":
+            group.add_argument(flag, choices=[m.value for m in Mode] + [STOCK], default=None,
+                               help=f"{knob.help}; stock: SGLang's own speculative decoding, no FASER worker and "
+                               f"no control service (default: {knob.default})")
+        else:
+            kind = {"int": int, "float": float, "bool": _on_off}[knob.kind]
+            bounds = "" if knob.kind == "bool" else f", in {knob.bounds}"
+            group.add_argument(flag, type=kind, default=None, metavar="{on,off}" if knob.kind == "bool" else None,
+                               help=f"{knob.help}{bounds} (default: {knob.default})")
     control = parser.add_argument_group("FASER control plane (gRPC; faserctl talks to it)")
     control.add_argument("--faser-control", type=_on_off, default=True, metavar="{on,off}",
                          help="serve the FASER control service beside the engine (default: on)")
@@ -161,15 +136,10 @@ def parse_faser_args(argv: list[str]) -> tuple[FaserConfig | None, list[str]]:
     if REJECTION_SAMPLING in rest and not stock:
         parser.error(f"{REJECTION_SAMPLING} ignores FASER's per-request draft lengths (output would not be "
                      "lossless); use it only with --faser-mode stock")
+    given = {k.name: getattr(known, "faser_" + k.name) for k in KNOBS}
+    given = {name: value for name, value in given.items() if value is not None and not (stock and name == "mode")}
     try:
-        config = FaserConfig(
-            mode=Mode.ADAPTIVE if stock else known.faser_mode,
-            max_len=known.faser_max_len,
-            min_len=known.faser_min_len,
-            fixed_len=known.faser_fixed_len,
-            frontier_size=known.faser_frontier_size,
-            overlap=known.faser_overlap,
-        )
+        config = FaserConfig(**given)
     except ConfigError as exc:
         parser.error(f"--faser-{exc.field.replace('_', '-')}: {exc.reason}")
     return (None if stock else config), rest

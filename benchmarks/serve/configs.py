@@ -4,7 +4,9 @@
 * ``fixed-k``: stock SGLang speculative decoding with k draft steps, chain drafts (``--faser-mode stock``);
 * ``sglang-adaptive``: SGLang's own ``--speculative-adaptive`` over the same window, no FASER worker;
 * ``faser``: FASER's goodput policy choosing each request's length inside the window;
-* ``faser-frontier-N``: the same, verifying in frontiers of N draft positions (early pruning).
+* ``faser-frontier-N``: the same, verifying in frontiers of N draft positions (early pruning);
+* ``faser-k0``: the FASER worker with every length 0 (``--faser-mode off``): what a step without speculation
+  costs inside a speculative server, against ``no-spec`` (not part of the default set).
 """
 
 from __future__ import annotations
@@ -25,7 +27,11 @@ def configurations(algorithm: str = "EAGLE", window: int = 7, fixed=(1, 3, 5, 7)
     configs["faser"] = spec_flags(algorithm, window)
     for size in frontiers:
         configs[f"faser-frontier-{size}"] = spec_flags(algorithm, window, "--faser-frontier-size", str(size))
+    configs["faser-k0"] = spec_flags(algorithm, window, "--faser-mode", "off")
     return configs
+
+
+EXTRA = ("faser-k0",)  # run only when asked for by name
 
 
 QUICK = ("no-spec", "fixed-1", "fixed-3", "faser", "faser-frontier-2")

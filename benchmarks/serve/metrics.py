@@ -69,11 +69,14 @@ def rate_order(rate: str) -> float:
 
 
 def add_ratios(table: dict[str, dict[str, dict]]) -> None:
-    """``table[config][rate]``: add throughput and p99 ratios against no-spec and the best fixed length per rate."""
+    """``table[config][rate]``: add throughput and p99 ratios against no-spec, the best fixed length and the best
+    configuration that is not FASER's, per rate."""
     rates = sorted({rate for runs in table.values() for rate in runs}, key=rate_order)
     for rate in rates:
         fixed = {c: runs[rate] for c, runs in table.items() if c.startswith("fixed-") and rate in runs}
         best = max(fixed, key=lambda c: fixed[c]["output_tokens_per_s"]) if fixed else None
+        others = {c: runs[rate] for c, runs in table.items() if not c.startswith("faser") and rate in runs}
+        best_other = max(others, key=lambda c: others[c]["output_tokens_per_s"]) if others else None
         base = table.get("no-spec", {}).get(rate)
         for config, runs in table.items():
             if rate not in runs:
@@ -81,8 +84,20 @@ def add_ratios(table: dict[str, dict[str, dict]]) -> None:
             row = runs[rate]
             tput = row["output_tokens_per_s"]
             row["best_fixed"] = best
+            row["best_other"] = best_other  # the best of no speculation, fixed lengths and SGLang's adaptive
+            row["vs_best_other"] = (tput / others[best_other]["output_tokens_per_s"]
+                                    if best_other and others[best_other]["output_tokens_per_s"] else None)
             row["vs_no_spec"] = tput / base["output_tokens_per_s"] if base and base["output_tokens_per_s"] else None
             row["vs_best_fixed"] = (tput / fixed[best]["output_tokens_per_s"]
                                     if best and fixed[best]["output_tokens_per_s"] else None)
             row["p99_e2e_vs_no_spec"] = (row["e2e_s"]["p99"] / base["e2e_s"]["p99"]
                                          if base and base["e2e_s"]["p99"] else None)
+
+
+def median_row(rows: list[dict]) -> dict:
+    """Of repeated runs of one cell, the run with the median throughput (odd counts: a real run), with every
+    run's throughput kept beside it."""
+    ordered = sorted(rows, key=lambda r: r["output_tokens_per_s"])
+    row = dict(ordered[(len(ordered) - 1) // 2])
+    row["repeats_tokens_per_s"] = [r["output_tokens_per_s"] for r in rows]
+    return row

@@ -24,6 +24,7 @@ def markdown(results: dict, meta: dict) -> str:
     failed = meta.get("failed_configs") or {}
     lines = [title, "", f"`{json.dumps({k: v for k, v in meta.items() if k != 'failed_configs'})}`", ""]
     lines += [f"**{name}: the server failed, no rows** ({reason.splitlines()[0][:200]})" for name, reason in failed.items()]
+    lines += regret(results)
     for arrivals, table in results.items():
         for rate in sorted({r for runs in table.values() for r in runs}, key=rate_order):
             lines += [f"## {arrivals} arrivals, rate {rate} req/s", "",
@@ -48,6 +49,26 @@ def markdown(results: dict, meta: dict) -> str:
               "tokens FASER proposed per request-step (FASER configurations); pruned share: verify rows skipped by "
               "early pruning. Ratios are output tokens/s against configurations measured in the same run.", ""]
     return "\n".join(lines)
+
+
+def regret(results: dict) -> list[str]:
+    """FASER against the best configuration that is not FASER's, per arrival process and rate; with ``faser-k0``
+    run, also what a step without speculation costs inside FASER's worker (its throughput against no-spec)."""
+    faser = sorted({c for table in results.values() for c in table if c.startswith("faser") and c != "faser-k0"})
+    if not faser:
+        return []
+    k0 = any("faser-k0" in table for table in results.values())
+    head = faser + ["best other"] + (["faser-k0 vs no-spec"] if k0 else [])
+    lines = ["## FASER against the best other configuration (same run)", "",
+             "| arrivals, rate | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
+    for arrivals, table in results.items():
+        for rate in sorted({r for runs in table.values() for r in runs}, key=rate_order):
+            cells = [_fmt(table.get(c, {}).get(rate, {}).get("vs_best_other"), "{:.2f}x") for c in faser]
+            cells.append(str(next((runs[rate].get("best_other") for runs in table.values() if rate in runs), None)))
+            if k0:
+                cells.append(_fmt(table.get("faser-k0", {}).get(rate, {}).get("vs_no_spec"), "{:.2f}x"))
+            lines.append(f"| {arrivals} {rate} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def plot(results: dict, path: Path) -> None:

@@ -15,6 +15,7 @@ import numpy as np
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 SETS = ("chat", "mtbench", "humaneval")
+PROMPT_SETS = ("standard", "mixed")  # standard: the three data sets; mixed: acceptance differs per request
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,28 @@ def load_prompts(kinds=SETS) -> list[tuple[str, str]]:
         for line in (DATA / f"{kind}.jsonl").read_text().splitlines():
             if line.strip():
                 prompts.append((kind, json.loads(line)["prompt"]))
+    return prompts
+
+
+def mixed_prompts(n: int = 64, seed: int = 0) -> list[tuple[str, str]]:
+    """Prompts whose drafts the embedded pair accepts very differently, half and half in one stream.
+
+    ``repeat``: a line of real code said over and over (the target continues the loop; drafts nearly always pass);
+    ``noise``: random letter strings (the target's continuation is its own guess; drafts mostly fail). Per-request
+    lengths exist for exactly this mix; batch-level lengths must pick one length for both.
+    """
+    rng = np.random.default_rng(seed)
+    lines = [line.strip() for _, prompt in load_prompts(("humaneval",)) for line in prompt.splitlines()
+             if len(line.strip()) > 20]
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    prompts = []
+    for i in range(n):
+        if i % 2 == 0:
+            line = lines[int(rng.integers(len(lines)))]
+            prompts.append(("repeat", "\n".join([line] * 8) + "\n"))
+        else:
+            words = ["".join(rng.choice(letters, int(rng.integers(2, 9)))) for _ in range(40)]
+            prompts.append(("noise", " ".join(words)))
     return prompts
 
 
@@ -51,8 +74,9 @@ def arrival_times(n: int, rate: float, process: str = "poisson", cv: float = 2.0
     return np.cumsum(gaps) - gaps[0]
 
 
-def build(n: int, rate: float, process: str, max_new_tokens: int, seed: int = 0, cv: float = 2.0) -> list[Request]:
-    prompts = load_prompts()
+def build(n: int, rate: float, process: str, max_new_tokens: int, seed: int = 0, cv: float = 2.0,
+          prompt_set: str = "standard") -> list[Request]:
+    prompts = mixed_prompts(seed=seed) if prompt_set == "mixed" else load_prompts()
     rng = np.random.default_rng(seed + 1)
     picks = rng.integers(0, len(prompts), n)
     times = arrival_times(n, rate, process, cv, seed)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 
 from sglang_faser.engine import touchpoints
-from sglang_faser.spec.config import ConfigError, FaserConfig, Mode
+from sglang_faser.spec.config import KNOBS, ConfigError, FaserConfig, Mode
 
 logger = logging.getLogger(__name__)
 
@@ -25,42 +25,34 @@ VERSION_KEY = "faser_version"
 
 
 def encode_policy(config: FaserConfig, version: int) -> dict[str, int | float]:
-    """The policy as ``/set_internal_state`` keys; ``faser_version`` comes last and commits the rest."""
-    return {
-        "faser_mode": MODES.index(config.mode),
-        "faser_max_len": NONE if config.max_len is None else config.max_len,
-        "faser_min_len": config.min_len,
-        "faser_fixed_len": NONE if config.fixed_len is None else config.fixed_len,
-        "faser_frontier_size": config.frontier_size,
-        "faser_overlap": int(config.overlap),
-        "faser_request_rate": float(config.request_rate),
-        "faser_relax_rate": float(config.relax_rate),
-        "faser_explore_every": config.explore_every,
-        VERSION_KEY: version,
-    }
+    """The policy as ``/set_internal_state`` keys (one per ``KNOBS`` entry); ``faser_version`` comes last and
+    commits the rest."""
+    keys: dict[str, int | float] = {}
+    for knob in KNOBS:
+        value = getattr(config, knob.name)
+        if knob.kind == "mode":
+            value = MODES.index(value)
+        elif value is None:
+            value = NONE
+        keys[f"faser_{knob.name}"] = float(value) if knob.kind == "float" else int(value)
+    keys[VERSION_KEY] = version
+    return keys
 
 
 def decode_policy(values: dict[str, int | float]) -> FaserConfig:
     """Inverse of :func:`encode_policy` (raises ``ConfigError`` naming the bad field)."""
-    mode = int(values["faser_mode"])
-    if not 0 <= mode < len(MODES):
-        raise ConfigError("mode", f"wire code must be in [0, {len(MODES) - 1}], got {mode}")
-
-    def optional(key):
-        value = values[key]
-        return None if value == NONE else int(value)
-
-    return FaserConfig(
-        mode=MODES[mode],
-        max_len=optional("faser_max_len"),
-        min_len=int(values["faser_min_len"]),
-        fixed_len=optional("faser_fixed_len"),
-        frontier_size=int(values["faser_frontier_size"]),
-        overlap=bool(values["faser_overlap"]),
-        request_rate=float(values["faser_request_rate"]),
-        relax_rate=float(values["faser_relax_rate"]),
-        explore_every=int(values["faser_explore_every"]),
-    )
+    fields = {}
+    for knob in KNOBS:
+        value = values[f"faser_{knob.name}"]
+        if knob.kind == "mode":
+            if not 0 <= int(value) < len(MODES):
+                raise ConfigError("mode", f"wire code must be in [0, {len(MODES) - 1}], got {int(value)}")
+            fields[knob.name] = MODES[int(value)]
+        elif knob.optional and value == NONE:
+            fields[knob.name] = None
+        else:
+            fields[knob.name] = {"int": int, "float": float, "bool": bool}[knob.kind](value)
+    return FaserConfig(**fields)
 
 
 def around_update_handlers(original, controller):

@@ -1,7 +1,7 @@
 """One rank decides the draft lengths, every rank runs them.
 
 With tensor parallelism every scheduler rank runs the same forward passes, so all must use the same
-per-request lengths, and each rank's own controller could decide differently (timings, exploration). Only the
+per-request lengths, and each rank's own controller could decide differently (timings, optimistic probes). Only the
 source rank decides; :func:`broadcast_lengths` hands its lengths to the others over a CPU process group (gloo),
 once per step. Pure ``torch.distributed``: no SGLang import.
 """

@@ -122,8 +122,7 @@ class FaserEngine:
         phases.append(("verify", verify_began, verify_ended))
 
         # commit: the scheduler learns the new lengths, the draft catches up on the accepted tokens
-        if on_publish is not None:
-            on_publish(result.new_seq_lens)
+        sgl.publish(on_publish, result)
         sgl.draft_extend(self.worker, batch, result, verify_input, decision.depth)
         ended = time.perf_counter()
         phases.append(("draft_extend", verify_ended, ended))
@@ -147,8 +146,9 @@ class FaserEngine:
         controls = [parse_or_none(c) for c in view.controls]
         caps = np.array([self.window if c.max_len is None else c.max_len for c in controls], dtype=np.int64)
         floors = np.array([c.floor for c in controls], dtype=np.int64)
+        critical = np.array([c.latency_class == "critical" for c in controls], dtype=bool)
         decision = self.controller.decide(view.rids, caps=caps, floors=floors, padded=self.tiers is None,
-                                          uniform=self.verify_path != "ragged")
+                                          uniform=self.verify_path != "ragged", critical=critical)
         group, src = sgl.broadcast_group(self.worker)
         if group is not None:  # every TP rank runs rank 0's lengths and depth: the same shapes in every collective
             plan = broadcast_lengths(np.append(decision.lengths, decision.depth), len(view.rids) + 1, group, src)

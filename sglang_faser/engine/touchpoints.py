@@ -241,7 +241,8 @@ SGLANG_NAMES = frozenset({
     "retrieve_next_token", "sampling_info", "sampling_params", "scheduler", "seq_lens", "seq_lens_cpu",
     "spec_algorithm", "spec_info", "speculative_num_steps", "target_worker", "topk", "tree_topk",
     "adaptive_controller", "_draft_worker", "activate_step_by_batch", "forward_batch_generation",
-    "_draft_extend_for_decode", "_build_trivial_verify_input", "tp_group", "tp_size",
+    "_draft_extend_for_decode", "_build_trivial_verify_input", "tp_group", "tp_size", "new_seq_lens",
+    "accept_lens", "kv_loc_plan",
 })
 
 
@@ -347,6 +348,12 @@ def verify(worker, batch, verify_input, pp_proxy_tensors, grammar_barrier):
     return worker.verify(batch, pp_proxy_tensors=pp_proxy_tensors, grammar_barrier=grammar_barrier)
 
 
+def publish(on_publish, result) -> None:
+    """Tell the scheduler the new sequence lengths before the draft-extend (its overlap FutureMap, :1490)."""
+    if on_publish is not None:
+        on_publish(result.new_seq_lens)
+
+
 def draft_extend(worker, batch, result, verify_input, depth: int) -> None:
     """SGLang's draft-extend over the verify window (stubbed at depth 0 when SGLang's skip flag is on)."""
     from sglang.srt.environ import envs
@@ -369,10 +376,6 @@ def _draft_contexts(worker, stage: str):
     stack.enter_context(ew.speculative_moe_a2a_backend_context())
     stack.enter_context(ew.spec_stage_span(stage))
     return stack
-
-
-def accept_lens(result) -> "torch.Tensor":
-    return result.accept_lens
 
 
 def set_cap_lens(result, lengths: np.ndarray) -> None:

@@ -1,11 +1,21 @@
-"""Per-request, per-position acceptance estimates: a_i[t] = P(draft position t+1 accepted | all earlier accepted).
+"""Per-request, per-position acceptance: a_i[t] = P(draft position t+1 accepted | all earlier accepted).
 
 FASER's Adaptive Drafter decides from each request's own acceptance history (faser-algorithms.md §1.3, §2). Each
 verify step tells us, for request i with proposed length k_i and n_i accepted drafts, that positions 1..n_i were
-accepted and position n_i+1 (if n_i < k_i) was rejected; later positions were not observed. Observed positions move
-the request's estimate by an exponential moving average; unobserved ones relax slowly towards the server-wide
-estimate, so a request parked at length 0 is re-probed once the server-wide picture says drafting pays. New requests
-start from the server-wide estimate (itself an EMA over every observation), not from a constant.
+accepted and position n_i+1 (if n_i < k_i) was rejected; later positions were not observed.
+
+The estimate is a Beta posterior per request and position, learnt both ways:
+
+* **counts with decay**: every verify step of a request (length 0 included) multiplies its success / failure
+  counts by 1 - ``request_rate`` and adds what was observed, so a request whose drafts start failing drops
+  within a few steps, and evidence about positions it no longer tries fades;
+* **prior from the server**: the posterior mean is (s + w g) / (s + f + w), g the server-wide rate by position
+  (itself decayed counts over every request) and w = ``prior_weight`` pseudo-observations, so a new request
+  starts from what the server sees;
+* **optimism where evidence is thin**: decisions use mean + ``explore`` x sd, sd = sqrt(mean (1 - mean) /
+  (s + f + w + 1)), a UCB bonus that shrinks as a position is tried. A request held short therefore looks better
+  one position deeper as its old evidence fades, and is probed there when the goodput policy says it may pay;
+  no fixed exploration cadence is needed.
 
 All updates are vectorised over the batch: one call per verify step, no Python loop per request.
 """
@@ -14,51 +24,60 @@ from __future__ import annotations
 
 import numpy as np
 
+GLOBAL_DECAY = 0.98  # per verify step: the server-wide counts remember about the last 50 steps
+
 
 class AcceptanceTracker:
-    def __init__(
-        self,
-        max_len: int,
-        prior: float = 0.6,
-        request_rate: float = 0.3,
-        global_rate: float = 0.05,
-        relax_rate: float = 0.02,
-        initial_capacity: int = 256,
-    ):
+    def __init__(self, max_len: int, prior: float = 0.6, request_rate: float = 0.2, prior_weight: float = 1.0,
+                 explore: float = 1.0, initial_capacity: int = 256):
         if max_len < 1:
             raise ValueError("max_len must be >= 1")
         self.max_len = max_len
         self.request_rate = request_rate
-        self.global_rate = global_rate
-        self.relax_rate = relax_rate
-        self.global_accept_by_position = np.full(max_len, prior, dtype=np.float64)
+        self.prior_weight = prior_weight
+        self.explore = explore
+        self._global = np.stack([np.full(max_len, 2.0 * prior), np.full(max_len, 2.0 * (1.0 - prior))])
         self._rows: dict[str, int] = {}
-        self._table = np.empty((initial_capacity, max_len), dtype=np.float64)
+        self._counts = np.zeros((2, initial_capacity, max_len))  # [successes, failures] x rows x positions
         self._free: list[int] = list(range(initial_capacity - 1, -1, -1))
         self._positions = np.arange(max_len)
 
     def __len__(self) -> int:
         return len(self._rows)
 
+    @property
+    def global_accept_by_position(self) -> np.ndarray:
+        succ, fail = self._global
+        return succ / np.maximum(succ + fail, 1e-12)
+
     def _row_of(self, rid: str) -> int:
         row = self._rows.get(rid)
         if row is None:
             if not self._free:
-                old = self._table.shape[0]
-                self._table = np.concatenate([self._table, np.empty_like(self._table)])
+                old = self._counts.shape[1]
+                self._counts = np.concatenate([self._counts, np.zeros_like(self._counts)], axis=1)
                 self._free.extend(range(2 * old - 1, old - 1, -1))
             row = self._free.pop()
-            self._table[row] = self.global_accept_by_position
+            self._counts[:, row] = 0.0
             self._rows[rid] = row
         return row
 
     def rows_for(self, rids: list[str]) -> np.ndarray:
         return np.fromiter((self._row_of(r) for r in rids), dtype=np.int64, count=len(rids))
 
-    def accept_probs(self, rids: list[str]) -> np.ndarray:
-        """[B, max_len] conditional acceptance estimates for these requests (a copy)."""
+    def posterior(self, rids: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, standard deviation) [B, max_len] of each request's conditional acceptance by position."""
         rows = self.rows_for(rids)  # may grow the table: index it afterwards
-        return self._table[rows]
+        succ, fail = self._counts[0, rows], self._counts[1, rows]
+        weight = self.prior_weight
+        n = succ + fail + weight
+        mean = (succ + weight * self.global_accept_by_position[None, :]) / n
+        return mean, np.sqrt(mean * (1.0 - mean) / (n + 1.0))
+
+    def accept_probs(self, rids: list[str]) -> np.ndarray:
+        """[B, max_len] optimistic acceptance estimates for decisions: mean + explore x sd, within [0, 1]."""
+        mean, sd = self.posterior(rids)
+        return np.clip(mean + self.explore * sd, 0.0, 1.0)
 
     def observe(self, rids: list[str], proposed: np.ndarray, accepted: np.ndarray) -> None:
         """Record one verify step: request i proposed ``proposed[i]`` drafts and ``accepted[i]`` were accepted."""
@@ -67,19 +86,10 @@ class AcceptanceTracker:
         rows = self.rows_for(rids)
         t = self._positions[None, :]
         observed = (t <= accepted[:, None]) & (t < proposed[:, None])  # accepted run plus the first rejection
-        outcome = (t < accepted[:, None]).astype(np.float64)
-
-        table = self._table[rows]
-        table += np.where(observed, self.request_rate * (outcome - table), 0.0)
-        table += np.where(observed, 0.0, self.relax_rate * (self.global_accept_by_position - table))
-        self._table[rows] = table
-
-        trials = observed.sum(axis=0)
-        seen = trials > 0
-        if seen.any():
-            rate = (outcome * observed).sum(axis=0)[seen] / trials[seen]
-            weight = 1.0 - (1.0 - self.global_rate) ** trials[seen]
-            self.global_accept_by_position[seen] += weight * (rate - self.global_accept_by_position[seen])
+        success = (observed & (t < accepted[:, None])).astype(np.float64)
+        failure = observed.astype(np.float64) - success
+        self._counts[:, rows] = self._counts[:, rows] * (1.0 - self.request_rate) + np.stack([success, failure])
+        self._global = self._global * GLOBAL_DECAY + np.stack([success.sum(axis=0), failure.sum(axis=0)])
 
     def forget(self, rid: str) -> None:
         """Free a finished request's row."""

@@ -1,9 +1,12 @@
-"""``FaserConfig``: the operator-facing FASER policy, validated in one place.
+"""``FaserConfig``: the operator-facing FASER policy, one field table, validated in one place.
 
-The launcher's ``--faser-*`` flags, the gRPC control plane and the policy file all build this dataclass, so the
-bounds below are the single source of truth for what an operator may set. It travels to SGLang's scheduler
-processes as JSON in the ``SGLANG_FASER_CONFIG`` environment variable (children are spawned and inherit the
-environment; see sglang-0.5.23-map.md §8.1).
+``KNOBS`` is the single source of truth for every policy setting: name, type, bounds, default and help. The
+``FaserConfig`` dataclass, the launcher's ``--faser-*`` flags (launch_flags.py), the policy file, the engine's
+``/set_internal_state`` encoding (engine/control_bridge.py), the gRPC conversion (control/convert.py) and
+``faserctl set-policy``'s flags (control/cli.py) are all derived from it, so a new knob is one line here (plus its
+typed field in proto/faser/v1/control.proto, which tests/control checks). Every knob is settable live. The config
+travels to SGLang's scheduler processes as JSON in ``SGLANG_FASER_CONFIG`` (children are spawned and inherit the
+environment; sglang-0.5.23-map.md §8.1).
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from enum import Enum
 
 ENV_VAR = "SGLANG_FASER_CONFIG"
 MAX_SPEC_LEN = 32  # far above any useful draft length; bounds what a typo or a hostile client can ask for
-MAX_EXPLORE_EVERY = 1_000_000
 
 
 class Mode(str, Enum):
@@ -40,39 +42,65 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
-class FaserConfig:
-    mode: Mode = Mode.ADAPTIVE
-    max_len: int | None = None  # None: SGLang's --speculative-num-steps (the reserved KV window)
-    min_len: int = 0
-    fixed_len: int | None = None  # None: max_len
-    frontier_size: int = 0  # draft positions per verify chunk; 0 = the whole step in one chunk
-    overlap: bool = True
-    # tuning knobs of the goodput policy
-    request_rate: float = 0.3  # EMA step of a request's own acceptance estimate per observation
-    relax_rate: float = 0.02  # pull of unobserved positions towards the server-wide estimate
-    explore_every: int = 16  # every n-th step runs at a random depth to keep the cost model honest; 0 = never
+class Knob:
+    """One policy setting. ``optional``: None is allowed and means "derived" (see ``help``)."""
+
+    name: str
+    kind: str  # "mode" | "int" | "float" | "bool"
+    default: object
+    low: float | None = None
+    high: float | None = None
+    help: str = ""
+    optional: bool = False
+    low_open: bool = False
+
+    @property
+    def bounds(self) -> str:
+        return f"{'(' if self.low_open else '['}{self.low}, {self.high}]"
+
+
+KNOBS: tuple[Knob, ...] = (
+    Knob("mode", "mode", Mode.ADAPTIVE, help="adaptive: per-request lengths from the goodput policy; fixed: "
+         "fixed_len for every request; off: length 0 for every request"),
+    Knob("max_len", "int", None, 0, MAX_SPEC_LEN, "largest draft length per request (default: the draft window, "
+         "--speculative-num-steps)", optional=True),
+    Knob("min_len", "int", 0, 0, MAX_SPEC_LEN, "smallest draft length per request"),
+    Knob("fixed_len", "int", None, 0, MAX_SPEC_LEN, "the length in fixed mode (default: max_len)", optional=True),
+    Knob("frontier_size", "int", 0, 0, MAX_SPEC_LEN, "draft positions per verification chunk; 0 = the whole step"),
+    Knob("overlap", "bool", True, help="overlap frontier verification with drafting"),
+    Knob("request_rate", "float", 0.2, 0.0, 1.0, "weight of a request's newest verify step in its acceptance "
+         "counts (older steps decay by 1 - rate)", low_open=True),
+    Knob("prior_weight", "float", 1.0, 0.1, 100.0, "pseudo-observations of the server-wide acceptance a request's "
+         "estimate starts from"),
+    Knob("explore", "float", 1.0, 0.0, 4.0, "optimism for draft positions a request has seldom tried (a UCB bonus "
+         "in standard deviations; 0 = the posterior mean only)"),
+    Knob("latency_weight", "float", 4.0, 1.0, 100.0, "how much a latency_class=critical request's tokens count "
+         "in the goodput objective, relative to the others'"),
+)
+KNOB = {k.name: k for k in KNOBS}
+
+
+class _ConfigMethods:
+    """Methods of ``FaserConfig`` (its fields come from ``KNOBS``)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", _parse_mode(self.mode))
-        _check_int("min_len", self.min_len, 0, MAX_SPEC_LEN)
-        if self.max_len is not None:
-            _check_int("max_len", self.max_len, 0, MAX_SPEC_LEN)
-            if self.max_len < self.min_len:
-                raise ConfigError(
-                    "max_len", f"must be in [min_len={self.min_len}, {MAX_SPEC_LEN}], got {self.max_len}"
-                )
-        if self.fixed_len is not None:
-            _check_int("fixed_len", self.fixed_len, 0, MAX_SPEC_LEN)
-        _check_int("frontier_size", self.frontier_size, 0, MAX_SPEC_LEN)
-        if not isinstance(self.overlap, bool):
-            raise ConfigError("overlap", f"must be true or false, got {self.overlap!r}")
-        _check_float("request_rate", self.request_rate, 0.0, 1.0, low_open=True)
-        _check_float("relax_rate", self.relax_rate, 0.0, 1.0)
-        _check_int("explore_every", self.explore_every, 0, MAX_EXPLORE_EVERY)
+        for knob in KNOBS[1:]:
+            value = getattr(self, knob.name)
+            if value is None and knob.optional:
+                continue
+            if knob.kind == "int":
+                _check_int(knob.name, value, int(knob.low), int(knob.high))
+            elif knob.kind == "float":
+                _check_float(knob.name, value, knob.low, knob.high, low_open=knob.low_open)
+            elif not isinstance(value, bool):
+                raise ConfigError(knob.name, f"must be true or false, got {value!r}")
+        if self.max_len is not None and self.max_len < self.min_len:
+            raise ConfigError("max_len", f"must be in [min_len={self.min_len}, {MAX_SPEC_LEN}], got {self.max_len}")
 
     def replace(self, **changes) -> FaserConfig:
         """A validated copy with ``changes`` applied (the partial update of SetPolicy)."""
-        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        unknown = set(changes) - set(KNOB)
         if unknown:
             name = sorted(unknown)[0]
             raise ConfigError(name, "unknown FASER setting")
@@ -97,6 +125,13 @@ class FaserConfig:
     def from_env(cls, environ: dict[str, str] | None = None) -> FaserConfig:
         text = (environ if environ is not None else os.environ).get(ENV_VAR)
         return cls.from_json(text) if text else cls()
+
+
+FaserConfig = dataclasses.make_dataclass(
+    "FaserConfig", [(k.name, object, dataclasses.field(default=k.default)) for k in KNOBS], bases=(_ConfigMethods,),
+    frozen=True)
+FaserConfig.__module__ = __name__
+FaserConfig.__doc__ = "The FASER policy; one field per entry of ``KNOBS``."
 
 
 def _parse_mode(value: Mode | str) -> Mode:

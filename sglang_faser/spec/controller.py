@@ -13,11 +13,10 @@ It also keeps the counters FASER's telemetry reports (proposed, verified, accept
 
 Start-up sweep (``calibration_sweeps``): the first (window + 1) x sweeps steps of an adaptive server run every
 depth 0..max_len in turn with uniform lengths; the first sweep warms each depth up (first use of a runtime state is
-a one-off stall), the measured draft, draft-extend and verify times of the others become the cost model's prior (the verify side also gets dummy passes before the first step, engine/profiler.py).
-
-Exploration: a cost model fitted only to the depths the policy likes cannot tell what other depths would cost
-(every sample has the same shape). Every ``explore_every``-th step therefore runs at a random depth, with each
-request's length clipped to it; output stays lossless, only that step's speed is at stake.
+a one-off stall), the measured draft, draft-extend and verify times of the others become the cost model's prior
+(the verify side also gets dummy passes before the first step, engine/profiler.py). After that there is no
+exploration cadence: the acceptance posteriors are optimistic where evidence is thin (spec/acceptance.py), which
+is what moves lengths up, and the online cost samples of every depth the policy picks keep the model current.
 """
 
 from __future__ import annotations
@@ -38,8 +37,8 @@ MAX_PENDING_STEPS = 4  # decided steps awaiting their verify result; the overlap
 @dataclass(frozen=True)
 class StepDecision:
     lengths: np.ndarray  # [B] draft tokens each request may have accepted
-    depth: int  # draft steps the batch runs (max of lengths, or the exploration depth)
-    explored: bool
+    depth: int  # draft steps the batch runs (max of lengths; the whole window without depth tiers)
+    calibration: bool  # a step of the start-up sweep
 
 
 @dataclass
@@ -85,37 +84,35 @@ class LengthController:
         config: FaserConfig,
         window: int,
         cost: StepCostModel | None = None,
-        explore_every: int | None = None,
-        seed: int = 0,
         calibration_sweeps: int = 0,
     ):
         """``window``: the draft positions the server reserves per request (SGLang's speculative_num_steps)."""
         self.window = window
-        self._rng = np.random.default_rng(seed)
         self.tracker = AcceptanceTracker(max_len=max(window, 1))
         self.cost = cost or StepCostModel()
         self.counters = LengthCounters()
         self._pending: deque[tuple[list[str], np.ndarray]] = deque()  # decided steps, oldest first
         self.calibration_steps = calibration_sweeps * (window + 1)
-        if explore_every is not None:
-            config = config.replace(explore_every=explore_every)
         self.apply_config(config)
 
     def apply_config(self, config: FaserConfig) -> None:
         """Take a new policy at a step boundary; requests in flight simply get new lengths next step."""
         self.config = config
-        self.explore_every = config.explore_every
+        self.cost.frontier_size = config.frontier_size
         self.tracker.request_rate = config.request_rate
-        self.tracker.relax_rate = config.relax_rate
+        self.tracker.prior_weight = config.prior_weight
+        self.tracker.explore = config.explore
         self.max_len = min(self.window, config.max_len if config.max_len is not None else self.window)
         self.min_len = min(config.min_len, self.max_len)
         fixed = config.fixed_len if config.fixed_len is not None else self.max_len
         self.policy = make_policy(config.mode.value, fixed)
 
     def decide(self, rids: list[str], caps: np.ndarray | None = None, padded: bool = False,
-               floors: np.ndarray | None = None, uniform: bool = False) -> StepDecision:
+               floors: np.ndarray | None = None, uniform: bool = False,
+               critical: np.ndarray | None = None) -> StepDecision:
         """Lengths and depth for this step's batch; ``caps`` / ``floors`` are per-request limits (custom_params).
 
+        ``critical``: requests of ``latency_class: critical``, whose tokens count ``latency_weight`` times.
         ``padded``: the worker verifies the full window whatever the lengths (no depth tiers available).
         ``uniform``: the verify backend gives every request the same rows, so the policy gives every request the
         same length (up to the per-request caps and floors).
@@ -131,20 +128,14 @@ class LengthController:
             mins = np.maximum(mins, np.asarray(floors, dtype=np.int64))
         mins = np.minimum(mins, limit)
         probs = self.tracker.accept_probs(rids)
-        lengths = self.policy.plan(probs, limit, mins, self.cost, uniform=uniform).lengths
+        weights = None if critical is None else np.where(critical, self.config.latency_weight, 1.0)
+        lengths = self.policy.plan(probs, limit, mins, self.cost, uniform=uniform, weights=weights).lengths
         c = self.counters
-        if self.calibrating and not padded and self.config.mode is Mode.ADAPTIVE:
+        calibration = self.calibrating and not padded and self.config.mode is Mode.ADAPTIVE
+        if calibration:
             # start-up profile of the draft side: the first steps sweep every depth with uniform lengths, so the
             # cost model's prior holds real draft and draft-extend times of this machine at each depth
-            depth = c.steps % (self.max_len + 1)
-            lengths = np.clip(np.full(batch, depth, dtype=np.int64), mins, limit)
-            explored = True
-        else:
-            explored = (not padded and self.explore_every > 0
-                        and c.steps % self.explore_every == self.explore_every - 1)
-        if explored and not self.calibrating:
-            depth = int(self._rng.integers(0, self.max_len + 1))
-            lengths = np.maximum(np.minimum(lengths, depth), np.minimum(mins, depth))
+            lengths = np.clip(np.full(batch, c.steps % (self.max_len + 1), dtype=np.int64), mins, limit)
         depth = self.window if padded else int(lengths.max(initial=0))
         if len(self._pending) == MAX_PENDING_STEPS:  # an observe went missing: forget it rather than grow
             self._pending.popleft()
@@ -154,7 +145,7 @@ class LengthController:
         c.requests += batch
         c.proposed += int(lengths.sum())
         c.add_lengths(lengths)
-        return StepDecision(lengths, depth, explored)
+        return StepDecision(lengths, depth, calibration)
 
     def replace_last(self, decision: StepDecision, lengths: np.ndarray, depth: int) -> StepDecision:
         """The source rank's lengths for the step just decided: with tensor parallelism every rank runs rank 0's
@@ -167,7 +158,7 @@ class LengthController:
         for k in old:
             c.length_histogram[k] -= 1
         c.add_lengths(lengths)
-        return StepDecision(lengths, int(depth), decision.explored)
+        return StepDecision(lengths, int(depth), decision.calibration)
 
     def observe(self, accepted: list[int] | np.ndarray) -> None:
         """Accepted draft counts for the oldest decided step not yet observed."""

@@ -5,7 +5,8 @@ be measured on the hardware it runs on: the SGLang layer profiles it at start-up
 feeds it the measured time of every step. Two linear models, fitted by least squares with non-negative
 coefficients:
 
-    verify_ms(B, tokens)      = v0 + v_req * B + v_tok * tokens     (one TARGET_VERIFY pass over `tokens` rows)
+    verify_ms(B, tokens)      = v0 + v_req * B + v_tok * tokens     (one TARGET_VERIFY pass over `tokens` rows;
+                                                                    a step verified in frontiers pays v0 per pass)
     draft_ms(B, steps, rows)  = d0 + d_req * B + d_step * steps + d_row * rows
 
 The draft side is the rest of the step: d0 + d_req * B is the draft-extend and bookkeeping that run even at
@@ -15,7 +16,9 @@ and a request held at k_i = 1 costs no draft row however deep the step goes. Whe
 draft runs every request to the step's depth: ``rows`` = B * (steps - 1) (:func:`full_depth_rows`).
 
 Profile samples stay as a prior; online samples live in a sliding window, so the fit follows load and thermal
-drift without forgetting the shape the profile established.
+drift without forgetting the shape the profile established. One-off stalls are dropped by comparing each sample
+with what the current fit predicts for its own shape, so a burst's large-batch steps (slow, but as slow as
+their shape says) are kept.
 """
 
 from __future__ import annotations
@@ -53,10 +56,12 @@ def _fit_nonnegative(x: np.ndarray, y: np.ndarray, fallback: np.ndarray) -> np.n
     """Least squares with non-negative coefficients (a cost never falls as work grows).
 
     Terms whose coefficient comes out negative are dropped and the rest refitted, until none is negative.
-    Samples above ``OUTLIER_FACTOR`` x the median are ignored: one-off stalls (first use of a runtime state,
-    lazy initialisation, a busy machine) would otherwise dominate a window of a few hundred steps.
+    Samples above ``OUTLIER_FACTOR`` x what the current fit (``fallback``) predicts for their shape, and above that
+    factor x the median, are ignored: one-off stalls (first use of a runtime state, lazy initialisation, a busy
+    machine) would otherwise dominate a window of a few hundred steps, while a burst's large batches are slow
+    because of their shape and stay.
     """
-    keep_rows = y <= OUTLIER_FACTOR * np.median(y)
+    keep_rows = y <= OUTLIER_FACTOR * np.maximum(x @ fallback, np.median(y))
     x, y = x[keep_rows], y[keep_rows]
     if len(y) < x.shape[1]:
         return fallback
@@ -80,6 +85,7 @@ class StepCostModel:
     window: int = 256
     refit_every: int = 32
     draft_cut: bool = False  # the runtime drafts each request only as far as its length (set by the worker)
+    frontier_size: int = 0  # draft positions per verify pass (0: one pass per step); each pass pays v0
 
     def __post_init__(self) -> None:
         self.verify_coef = np.asarray(self.verify_coef, dtype=float)
@@ -105,8 +111,18 @@ class StepCostModel:
         """Draft rows a plan costs on this runtime (None: every request to the depth, draft_ms's default)."""
         return cut_rows(lengths) if self.draft_cut else None
 
+    def verify_passes(self, depth) -> np.ndarray:
+        """Target passes a step of this depth runs: one per frontier (``spec/frontier.py: frontier_bounds``)."""
+        depth = np.asarray(depth)
+        size = self.frontier_size
+        if size <= 0:
+            return np.ones_like(depth)
+        return np.where(depth > size, 1 + -(-(depth - size) // size), 1)
+
     def step_ms(self, batch, verify_tokens, draft_steps, draft_rows=None) -> np.ndarray:
-        return self.verify_ms(batch, verify_tokens) + self.draft_ms(batch, draft_steps, draft_rows)
+        extra_passes = self.verify_passes(draft_steps) - 1
+        return (self.verify_ms(batch, verify_tokens) + self.verify_coef[0] * extra_passes
+                + self.draft_ms(batch, draft_steps, draft_rows))
 
     # -- measurements ------------------------------------------------------------------------------------
     def add_profile_sample(self, phase: str, batch: int, size: int, ms: float, rows: int | None = None) -> None:

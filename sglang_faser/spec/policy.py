@@ -1,18 +1,20 @@
 """Length policies: each decode step, a speculative length k_i in [0, cap_i] for every request in the batch.
 
-``GoodputPolicy`` is FASER's Adaptive Drafter as we implement it (faser-algorithms.md §1.3 stand-in, §6.2): the
-value of verifying draft slot (i, t) is its survival probability m[i, t] = prod_{j<=t} a_i[j]; slots compete across
-requests, so position 5 of a confident request can outrank position 1 of a doubtful one. Because m falls with t,
-the best set of Q slots is the Q largest values, and every request's share of it is a prefix. For every Q the
-expected committed tokens are B + (sum of the top Q values) and the step costs
-``cost.step_ms(B, B + Q, deepest draft, draft rows)`` (a slot past a request's first draft adds one draft row
-where drafting is cut per request); the policy takes the Q with the highest expected tokens per
-millisecond. Q = 0 (no speculation at all) is always a candidate, and so is every uniform length, so under the
-model the choice never loses to the best fixed length. Where the verify backend gives every request the same rows
-(``uniform``), only the uniform lengths are candidates, each priced as B x (k + 1) verified rows.
+``GoodputPolicy`` is FASER's Adaptive Drafter as we implement it (faser-algorithms.md §1.3, §6.2, §11): request
+i at length k is expected to commit T_i(k) = 1 + sum_{t<=k} m_i[t] tokens, m_i[t] = prod_{j<=t} a_i[j] its
+survival, and the step costs ``cost.step_ms`` of its shape. For a depth cap D (the step's draft depth, one
+runtime tier) that cost is A(B, D) + sum_i c(k_i): a fixed part and a per-request part, rows verified
+(v_tok per row) and draft rows (d_row per forward past the first, where drafting is cut per request). The policy
+maximises the **weighted goodput** sum_i w_i T_i(k_i) / (A + sum_i c(k_i)) exactly, for every D at once, by
+Dinkelbach's method: with lambda the current ratio, each request independently takes the k maximising
+w_i T_i(k) - lambda c(k) within its bounds; the new ratio is that plan's, and the iteration stops when it no
+longer rises (a few passes; the optimum of a ratio over a finite set). Then the best D wins. The weights w_i are
+1, or ``latency_weight`` for ``latency_class: critical`` requests, so a critical request's tokens count more and
+it is not starved of speculation by its neighbours' load. k = 0 (no speculation) and every uniform length are
+inside the search space, so under the model the plan never loses to no speculation or the best fixed length.
 
-Everything is a handful of NumPy array operations over the B x K slot grid (well under a millisecond at B = 256,
-see benchmarks/policy_decision.py).
+``uniform``: a verify backend that gives every request the same rows (B x (k + 1)) gets one length for all.
+Everything is NumPy over a [D, B, K + 1] grid (benchmarks/policy_decision.py times it).
 """
 
 from __future__ import annotations
@@ -45,12 +47,13 @@ class LengthPolicy(ABC):
     @abstractmethod
     def plan(
         self, accept_probs: np.ndarray, caps: np.ndarray, min_lens: np.ndarray, cost: StepCostModel,
-        uniform: bool = False,
+        uniform: bool = False, weights: np.ndarray | None = None,
     ) -> StepPlan:
         """``accept_probs`` [B, K]; ``caps``/``min_lens`` [B] per-request bounds with min_lens <= caps <= K.
 
         ``uniform``: one length for the whole batch (clipped to each request's bounds), for verify backends that
-        cannot give requests different row counts.
+        cannot give requests different row counts. ``weights`` [B]: how much each request's tokens count
+        (default 1; latency-critical requests more).
         """
 
 
@@ -79,63 +82,87 @@ class FixedPolicy(LengthPolicy):
     def __init__(self, length: int):
         self.length = length
 
-    def plan(self, accept_probs, caps, min_lens, cost, uniform=False) -> StepPlan:
+    def plan(self, accept_probs, caps, min_lens, cost, uniform=False, weights=None) -> StepPlan:
         lengths = np.clip(np.full(len(caps), self.length, dtype=np.int64), min_lens, caps)
         return StepPlan(lengths, *evaluate(accept_probs, lengths, cost, uniform))
 
 
 class GoodputPolicy(LengthPolicy):
     name = "adaptive"
+    max_iterations = 16
 
-    def plan(self, accept_probs, caps, min_lens, cost, uniform=False) -> StepPlan:
+    def plan(self, accept_probs, caps, min_lens, cost, uniform=False, weights=None) -> StepPlan:
         accept_probs = np.clip(np.asarray(accept_probs, dtype=np.float64), 0.0, 1.0)
         caps = np.asarray(caps, dtype=np.int64)
         min_lens = np.minimum(np.asarray(min_lens, dtype=np.int64), caps)
         batch, width = accept_probs.shape
         if batch == 0:
             return StepPlan(np.zeros(0, dtype=np.int64), 0.0, 0.0)
+        w = np.ones(batch) if weights is None else np.asarray(weights, dtype=np.float64)
+        # gain[i, k] = w_i T_i(k): request i's weighted expected tokens at length k
+        gain = w[:, None] * np.concatenate((np.ones((batch, 1)), 1.0 + np.cumsum(np.cumprod(accept_probs, axis=1),
+                                                                             axis=1)), axis=1)
+        if uniform:
+            return self._uniform(gain, caps, min_lens, cost, batch, width)
+        lengths = self._dinkelbach(gain, caps, min_lens, cost, batch, width)
+        tokens = float(gain[np.arange(batch), lengths].sum())
+        return StepPlan(lengths, tokens, float(self._ms(cost, batch, lengths)))
 
-        survival = np.cumprod(accept_probs, axis=1)
+    def _dinkelbach(self, gain, caps, min_lens, cost, batch: int, width: int) -> np.ndarray:
+        """The exact optimum for every depth cap D = 0..K at once, then the best D.
 
-        # Uniform candidates: every length k = 0..K, clipped to the per-request bounds. A deep prefix set can need
-        # more draft steps than a uniform one, so these keep "never worse than the best fixed length".
-        u_lengths = np.clip(np.arange(width + 1)[:, None], min_lens[None, :], caps[None, :])  # [K + 1, B]
-        prefix_sums = np.concatenate((np.zeros((batch, 1)), np.cumsum(survival, axis=1)), axis=1)
-        tokens = batch + prefix_sums[np.arange(batch)[None, :], u_lengths].sum(axis=1)
-        depths = u_lengths.max(axis=1)
-        verify = batch * (depths + 1) if uniform else batch + u_lengths.sum(axis=1)
-        draft_rows = np.maximum(u_lengths - 1, 0).sum(axis=1)
-        prefix_candidates = 0
+        Survival falls with k and the marginal cost of a row does not, so request i's best length for a given
+        ratio lambda is a threshold: the number of positions whose marginal value w_i m_i[k] exceeds lambda
+        times their marginal cost, clipped to its bounds and the cap D."""
+        ks = np.arange(width + 1)
+        depths = ks[:, None]  # one candidate cap per possible depth, [D, 1]
+        v0, v_req, v_tok = cost.verify_coef
+        d0, d_req, d_step, d_row = cost.draft_coef
+        # the per-request part of the cost: rows past the root, and draft rows where drafting is cut per request
+        per_k = v_tok * ks + (d_row * np.maximum(ks - 1, 0) if cost.draft_cut else 0.0)  # [K + 1]
+        fixed = (v0 * cost.verify_passes(depths[:, 0]) + (v_req + d_req + v_tok) * batch + d0 + d_step * depths[:, 0]
+                 + (0.0 if cost.draft_cut else d_row * batch * np.maximum(depths[:, 0] - 1, 0)))  # [D]
+        worth = np.ascontiguousarray((np.diff(gain, axis=1) / np.maximum(np.diff(per_k), 1e-12)[None, :]).T)  # [K, B]
+        low = min_lens[None, :]
+        high = np.minimum(caps[None, :], depths)  # [D, B]
+        feasible = (high >= low).all(axis=1)  # D below some request's floor is not a candidate
+        flat, offsets = gain.ravel(), np.arange(batch)[None, :] * (width + 1)
 
-        if not uniform:
-            # Prefix candidates, ahead of the uniform ones: the forced minimum plus the Q best optional slots,
-            # Q = 0..n. Ties go to the shallower position, so each request's share of the set stays a prefix.
-            cols = np.arange(width)[None, :]
-            forced = cols < min_lens[:, None]
-            optional = (cols < caps[:, None]) & ~forced
-            rows, depth = np.nonzero(optional)
-            values = survival[rows, depth]
-            order = np.argsort(-values, kind="stable")  # nonzero() lists each row by depth: stable keeps it
-            rows, depth = rows[order], depth[order]
-            prefix_candidates = len(order) + 1
-            q_tokens = batch + survival[forced].sum() + np.concatenate(([0.0], np.cumsum(values[order])))
-            q_verify = batch + int(forced.sum()) + np.arange(prefix_candidates)
-            q_depth = np.concatenate(([0], np.maximum.accumulate(depth + 1)))
-            q_depth = np.maximum(q_depth, int(min_lens.max(initial=0)))
-            q_rows = int(np.maximum(min_lens - 1, 0).sum()) + np.concatenate(([0], np.cumsum(depth >= 1)))
-            tokens = np.concatenate((q_tokens, tokens))
-            verify = np.concatenate((q_verify, verify))
-            depths = np.concatenate((q_depth, depths))
-            draft_rows = np.concatenate((q_rows, draft_rows))
+        def tokens_of(plan):
+            return flat.take(plan + offsets).sum(axis=1)
 
-        ms = cost.step_ms(batch, verify, depths, draft_rows if cost.draft_cut else None)
-        score = tokens / np.maximum(ms, 1e-9)
-        best = int(np.argmax(score))  # first maximum: the fewest slots among equals
-        if best < prefix_candidates:
-            lengths = min_lens + np.bincount(rows[:best], minlength=batch)
-        else:
-            lengths = u_lengths[best - prefix_candidates]
-        return StepPlan(lengths.astype(np.int64), float(tokens[best]), float(ms[best]))
+        def ratio_of(plan):
+            return tokens_of(plan) / np.maximum(fixed + per_k.take(plan).sum(axis=1), 1e-9)
+
+        choice = np.minimum(np.maximum(0, low), high)  # start: each request's shortest allowed length
+        ratio = ratio_of(choice)
+        for _ in range(self.max_iterations):  # each pass: F(ratio) = max sum(gain - ratio cost) >= 0
+            above = np.add.reduce(worth[:, None, :] > ratio[None, :, None], axis=0, dtype=np.int16)  # ties: shorter
+            best = np.minimum(np.maximum(above, low), high)
+            new = ratio_of(best)
+            rose = new > ratio * (1 + 1e-12) + 1e-15
+            if not rose.any():
+                break
+            choice = np.where(rose[:, None], best, choice)
+            ratio = np.where(rose, new, ratio)
+        # score each cap's plan at the depth it really runs (its deepest length) and keep the best
+        score = np.where(feasible, tokens_of(choice) / np.maximum(self._ms(cost, batch, choice), 1e-9), -np.inf)
+        return choice[int(np.argmax(score))].astype(np.int64)
+
+    def _uniform(self, gain, caps, min_lens, cost, batch: int, width: int) -> StepPlan:
+        lengths = np.clip(np.arange(width + 1)[:, None], min_lens[None, :], caps[None, :])  # [K + 1, B]
+        tokens = gain[np.arange(batch)[None, :], lengths].sum(axis=1)
+        ms = self._ms(cost, batch, lengths, uniform=True)
+        best = int(np.argmax(tokens / np.maximum(ms, 1e-9)))
+        return StepPlan(lengths[best].astype(np.int64), float(tokens[best]), float(ms[best]))
+
+    @staticmethod
+    def _ms(cost, batch: int, lengths: np.ndarray, uniform: bool = False) -> np.ndarray:
+        """Modelled step time of each plan (rows of ``lengths``) at the depth it runs."""
+        depth = lengths.max(axis=-1)
+        verify = batch * (depth + 1) if uniform else batch + lengths.sum(axis=-1)
+        rows = np.maximum(lengths - 1, 0).sum(axis=-1) if cost.draft_cut else None
+        return cost.step_ms(batch, verify, depth, rows)
 
 
 def make_policy(mode: str, fixed_len: int) -> LengthPolicy:

@@ -4,7 +4,8 @@
     {"faser": {"max_len": 2}}                    # at most 2 draft tokens per step
     {"faser": {"latency_class": "critical"}}     # keep speculating under load (at least 1 draft per step)
 
-``latency_class``: ``"critical"`` requests get a floor of one draft token per step (the goodput optimum under heavy
+``latency_class``: ``"critical"`` requests' tokens count ``latency_weight`` times in the goodput objective, and they
+get a floor of one draft token per step (the goodput optimum under heavy
 load gives many requests 0; a latency-critical request keeps the per-token latency gain of speculation, paying
 for it with batch throughput); ``"default"`` leaves the choice to the policy. Values are checked in the HTTP
 process (a bad one is a 400 naming the field, see engine/request_checks.py) and read again in the scheduler.

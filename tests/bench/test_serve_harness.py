@@ -44,6 +44,15 @@ def test_workload_draws_from_every_shipped_prompt_set(tmp_path):
     assert [(r.at, r.prompt, r.max_new_tokens) for r in replayed] == [(0.5, "a", 3), (1.5, "b", 9)]
 
 
+def test_mixed_prompt_set_interleaves_predictable_and_random_requests():
+    requests = workload.build(40, 4.0, "poisson", 16, seed=3, prompt_set="mixed")
+    kinds = [r.kind for r in requests]
+    assert set(kinds) == {"repeat", "noise"} and 10 <= kinds.count("repeat") <= 30
+    repeat = next(r.prompt for r in requests if r.kind == "repeat").splitlines()
+    assert len(set(repeat)) == 1 and len(repeat) == 8  # one line said eight times
+    assert workload.build(40, 4.0, "poisson", 16, seed=3, prompt_set="mixed") == requests  # reproducible
+
+
 def test_summary_and_ratios():
     results = [Result("chat", True, ttft=0.1, e2e=1.1, output_tokens=11, accept_length=2.0, mean_cap=1.5),
                Result("code", True, ttft=0.3, e2e=2.3, output_tokens=21, accept_length=3.0, mean_cap=2.5),
@@ -55,12 +64,24 @@ def test_summary_and_ratios():
     table = {"no-spec": {"1": {"output_tokens_per_s": 10.0, "e2e_s": {"p99": 2.0}}},
              "fixed-1": {"1": {"output_tokens_per_s": 8.0, "e2e_s": {"p99": 3.0}}},
              "fixed-3": {"1": {"output_tokens_per_s": 12.0, "e2e_s": {"p99": 1.0}}},
+             "sglang-adaptive": {"1": {"output_tokens_per_s": 13.0, "e2e_s": {"p99": 1.0}}},
              "faser": {"1": {"output_tokens_per_s": 15.0, "e2e_s": {"p99": 1.0}}}}
     metrics.add_ratios(table)
     faser = table["faser"]["1"]
     assert faser["best_fixed"] == "fixed-3"
     assert faser["vs_best_fixed"] == pytest.approx(1.25) and faser["vs_no_spec"] == pytest.approx(1.5)
     assert faser["p99_e2e_vs_no_spec"] == pytest.approx(0.5)
+    assert faser["best_other"] == "sglang-adaptive" and faser["vs_best_other"] == pytest.approx(15 / 13)
+    from benchmarks.serve.report import regret
+
+    assert "| poisson 1 | 1.15x | sglang-adaptive |" in regret({"poisson": table})
+
+
+def test_repeats_report_the_median_run():
+    rows = [{"output_tokens_per_s": v, "ttft_s": v} for v in (9.0, 7.0, 8.0)]
+    row = metrics.median_row(rows)
+    assert row["output_tokens_per_s"] == 8.0 and row["ttft_s"] == 8.0  # one real run, not a mix of runs
+    assert row["repeats_tokens_per_s"] == [9.0, 7.0, 8.0]
 
 
 def test_counter_deltas_give_chosen_lengths_and_pruned_share():
@@ -83,7 +104,8 @@ def test_configurations_map_to_launcher_flags():
 
     configs = configurations("EAGLE", window=7)
     assert list(configs) == ["no-spec", "fixed-1", "fixed-3", "fixed-5", "fixed-7", "sglang-adaptive", "faser",
-                             "faser-frontier-2"]
+                             "faser-frontier-2", "faser-k0"]
+    assert configs["faser-k0"][-2:] == ["--faser-mode", "off"]  # the worker at length 0: a k = 0 step's cost
     assert set(QUICK) <= set(configs) and configs["no-spec"] == []
     fixed3 = configs["fixed-3"]
     assert fixed3[fixed3.index("--speculative-num-draft-tokens") + 1] == "4"

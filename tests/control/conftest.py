@@ -70,6 +70,7 @@ def telemetry(target: str) -> dict:
 
 
 def restore_default_policy(stub) -> None:
-    stub.SetPolicy(pb.SetPolicyRequest(policy=pb.Policy(mode=pb.MODE_ADAPTIVE, min_len=0, frontier_size=0,
-                                                        overlap=True, clear_max_len=True, clear_fixed_len=True,
-                                                        request_rate=0.3, relax_rate=0.02, explore_every=16)))
+    from control.convert import changes_to_wire
+    from sglang_faser.spec.config import KNOBS
+
+    stub.SetPolicy(pb.SetPolicyRequest(policy=changes_to_wire({k.name: k.default for k in KNOBS})))

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from control.faser.v1 import control_pb2 as pb
 from control.faser.v1 import control_pb2_grpc as pb_grpc
+from sglang_faser.spec.config import KNOBS
 from sglang_faser.server_process import free_port
 
 pytestmark = pytest.mark.engine
@@ -30,12 +31,9 @@ FLOATS = st.floats(allow_nan=True, allow_infinity=True) | st.floats(min_value=-0
 @st.composite
 def policies(draw) -> pb.Policy:
     policy = pb.Policy(mode=draw(st.sampled_from([0, 1, 2, 3]) | st.integers(min_value=-5, max_value=99)))
-    for name in ("max_len", "min_len", "fixed_len", "frontier_size", "explore_every"):
-        if draw(st.booleans()):
-            setattr(policy, name, draw(SMALL | INT32))
-    for name in ("request_rate", "relax_rate"):
-        if draw(st.booleans()):
-            setattr(policy, name, draw(FLOATS))
+    for knob in KNOBS[1:]:
+        if knob.kind in ("int", "float") and draw(st.booleans()):
+            setattr(policy, knob.name, draw(SMALL | INT32) if knob.kind == "int" else draw(FLOATS))
     for name in ("overlap", "clear_max_len", "clear_fixed_len"):
         if draw(st.booleans()):
             setattr(policy, name, draw(st.booleans()))

@@ -39,8 +39,28 @@ def test_partial_update_round_trip():
 
 
 def test_a_full_policy_survives_the_wire():
-    config = FaserConfig(mode="fixed", max_len=6, min_len=1, fixed_len=3, frontier_size=2, overlap=False)
+    config = FaserConfig(mode="fixed", max_len=6, min_len=1, fixed_len=3, frontier_size=2, overlap=False,
+                         request_rate=0.5, prior_weight=3.0, explore=0.5, latency_weight=8.0)
     assert FaserConfig().replace(**changes_from_wire(policy_to_wire(config))) == config
+
+
+def test_every_knob_has_its_typed_proto_field_and_engine_key():
+    """The one field table (spec/config.py KNOBS) is what the wire, the engine keys and faserctl derive from."""
+    from control.cli import _changes, _parser
+    from sglang_faser.engine.control_bridge import decode_policy, encode_policy
+    from sglang_faser.spec.config import KNOBS
+
+    fields = pb.Policy.DESCRIPTOR.fields_by_name
+    kinds = {"int": "int32", "float": "double", "bool": "bool"}
+    for knob in KNOBS[1:]:
+        assert knob.name in fields, f"proto Policy lacks {knob.name}"
+        assert fields[knob.name].type == getattr(fields[knob.name], f"TYPE_{kinds[knob.kind].upper()}")
+        assert (f"clear_{knob.name}" in fields) == knob.optional
+    config = FaserConfig(mode="off", max_len=None, explore=2.5, latency_weight=1.0)
+    assert decode_policy(encode_policy(config, 7)) == config
+    args = _parser().parse_args(["set-policy", "--explore", "0", "--prior-weight", "5", "--overlap", "off",
+                                      "--clear-max-len"])
+    assert _changes(args) == {"explore": 0.0, "prior_weight": 5.0, "overlap": False, "max_len": None}
 
 
 def test_unknown_mode_and_set_and_clear_are_refused():

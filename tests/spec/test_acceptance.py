@@ -17,28 +17,50 @@ def test_new_requests_start_from_the_server_wide_estimate():
 
 
 def test_accepted_run_and_first_rejection_are_observed_later_positions_are_not():
-    tracker = AcceptanceTracker(max_len=4, prior=0.5, relax_rate=0.0, global_rate=0.0)
+    tracker = AcceptanceTracker(max_len=4, prior=0.5, explore=0.0)
     tracker.observe(["a"], proposed=np.array([4]), accepted=np.array([1]))
-    a = tracker.accept_probs(["a"])[0]
-    assert a[0] > 0.5 and a[1] < 0.5 and a[2] == 0.5 and a[3] == 0.5
+    mean, sd = tracker.posterior(["a"])
+    g = tracker.global_accept_by_position
+    assert mean[0, 0] > g[0] and mean[0, 1] < g[1]
+    assert mean[0, 2] == g[2] and mean[0, 3] == g[3]  # never observed: the server-wide estimate
+    assert sd[0, 0] < sd[0, 2]  # and less certain than an observed position
 
 
 def test_always_accepted_and_always_rejected_requests_diverge():
     tracker = AcceptanceTracker(max_len=3)
     for _ in range(30):
         tracker.observe(["sure", "random"], proposed=np.array([3, 3]), accepted=np.array([3, 0]))
-    sure, random = tracker.accept_probs(["sure", "random"])
-    assert sure.min() > 0.95 and random[0] < 0.05
+    (sure, random), _ = tracker.posterior(["sure", "random"])
+    assert sure.min() > 0.9 and random[0] < 0.1
 
 
-def test_unobserved_positions_relax_towards_the_global_estimate():
-    tracker = AcceptanceTracker(max_len=2, prior=0.5, relax_rate=0.1, global_rate=0.0)
+def test_a_parked_request_regains_optimism_as_its_evidence_fades():
+    tracker = AcceptanceTracker(max_len=2, prior=0.5, request_rate=0.3, explore=1.0)
     for _ in range(30):
-        tracker.observe(["x"], proposed=np.array([2]), accepted=np.array([0]))
+        tracker.observe(["x", "y"], proposed=np.array([2, 2]), accepted=np.array([0, 2]))
     low = tracker.accept_probs(["x"])[0, 0]
-    for _ in range(30):  # parked at length 0: nothing observed
-        tracker.observe(["x"], proposed=np.array([0]), accepted=np.array([0]))
-    assert tracker.accept_probs(["x"])[0, 0] > low + 0.2
+    for _ in range(10):  # parked at length 0: nothing observed, old failures fade
+        tracker.observe(["x", "y"], proposed=np.array([0, 2]), accepted=np.array([0, 2]))
+    assert tracker.accept_probs(["x"])[0, 0] > low + 0.3
+
+
+def test_a_failing_request_drops_within_a_few_steps():
+    tracker = AcceptanceTracker(max_len=3, prior=0.9)
+    for _ in range(20):
+        tracker.observe(["x"], proposed=np.array([3]), accepted=np.array([3]))
+    assert tracker.posterior(["x"])[0][0, 0] > 0.9
+    for _ in range(3):
+        tracker.observe(["x"], proposed=np.array([3]), accepted=np.array([0]))
+    assert tracker.posterior(["x"])[0][0, 0] < 0.6
+
+
+def test_seldom_tried_positions_look_better_than_their_mean():
+    tracker = AcceptanceTracker(max_len=4, prior=0.6, explore=1.0)
+    for _ in range(20):
+        tracker.observe(["x"], proposed=np.array([1]), accepted=np.array([1]))  # held at one draft, always passes
+    optimistic, (mean, _) = tracker.accept_probs(["x"])[0], tracker.posterior(["x"])
+    assert optimistic[1] > mean[0, 1] + 0.1  # position 2 never tried: a bonus that invites a probe
+    assert optimistic[0] - mean[0, 0] < optimistic[1] - mean[0, 1]
 
 
 def test_rows_are_reused_and_capacity_grows():

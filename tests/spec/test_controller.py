@@ -1,16 +1,18 @@
-"""The per-step controller: bounds, depth, exploration, counters, and decisions queued by step."""
+"""The per-step controller: bounds, depth, counters, lengths that rise and fall with acceptance, decisions queued by step."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from sglang_faser.spec.acceptance import AcceptanceTracker
+from sglang_faser.spec.cost_model import StepCostModel
 from sglang_faser.spec.config import FaserConfig
 from sglang_faser.spec.controller import MAX_PENDING_STEPS, LengthController
 
 
 def test_depth_is_the_deepest_length_and_counters_add_up():
-    controller = LengthController(FaserConfig(mode="fixed", fixed_len=2), window=4, explore_every=0)
+    controller = LengthController(FaserConfig(mode="fixed", fixed_len=2), window=4)
     decision = controller.decide(["a", "b"], caps=np.array([4, 1]))
     assert decision.lengths.tolist() == [2, 1] and decision.depth == 2
     controller.observe([2, 0])
@@ -21,34 +23,48 @@ def test_depth_is_the_deepest_length_and_counters_add_up():
 
 
 def test_padded_steps_verify_the_whole_window():
-    controller = LengthController(FaserConfig(mode="fixed", fixed_len=1), window=3, explore_every=0)
+    controller = LengthController(FaserConfig(mode="fixed", fixed_len=1), window=3)
     decision = controller.decide(["a"], padded=True)
     assert decision.depth == 3 and decision.lengths.tolist() == [1]
 
 
 def test_operator_max_len_caps_the_window_and_mode_off_proposes_nothing():
-    controller = LengthController(FaserConfig(max_len=2), window=5, explore_every=0)
+    controller = LengthController(FaserConfig(max_len=2), window=5)
     assert controller.decide(["a", "b", "c"]).lengths.max() <= 2
     controller.apply_config(FaserConfig(mode="off"))
     decision = controller.decide(["a", "b", "c"])
     assert decision.lengths.tolist() == [0, 0, 0] and decision.depth == 0
 
 
-def test_exploration_visits_other_depths_within_bounds():
-    controller = LengthController(FaserConfig(mode="fixed", fixed_len=4, min_len=1), window=4, explore_every=2)
-    depths = set()
-    for _ in range(200):
-        decision = controller.decide(["a", "b"])
-        controller.observe([0, 0])
-        assert decision.lengths.max() <= decision.depth <= 4
-        if decision.explored and decision.depth >= 1:
-            assert decision.lengths.min() >= 1  # min_len still holds where the depth allows it
-        depths.add(decision.depth)
-    assert depths == {0, 1, 2, 3, 4}
+def _cheap_drafts() -> StepCostModel:
+    """A GPU-like batch-1 cost: a verify pass costs about the same at 1 or 9 rows, a draft forward a tenth."""
+    return StepCostModel(verify_coef=[10.0, 0.5, 0.05], draft_coef=[1.0, 0.1, 1.0, 0.0])
+
+
+def test_at_batch_one_a_sure_request_reaches_max_len_within_ten_steps():
+    controller = LengthController(FaserConfig(max_len=8), window=8, cost=_cheap_drafts())
+    controller.tracker = AcceptanceTracker(max_len=8, prior=0.3)  # a pessimistic server-wide start
+    lengths = []
+    for _ in range(10):
+        decision = controller.decide(["sure"])
+        controller.observe(decision.lengths)  # every draft passes
+        lengths.append(int(decision.lengths[0]))
+    assert lengths[-1] == 8, lengths
+
+
+def test_at_batch_one_a_hopeless_request_stops_speculating():
+    controller = LengthController(FaserConfig(max_len=8), window=8, cost=_cheap_drafts())
+    lengths = []
+    for _ in range(30):
+        decision = controller.decide(["hopeless"])
+        controller.observe([0])  # the first draft always fails
+        lengths.append(int(decision.lengths[0]))
+    last = lengths[-20:]  # parked at 0, probed now and then as its old failures fade
+    assert last.count(0) >= 10 and sum(last) / len(last) < 1.0, lengths
 
 
 def test_per_request_caps_and_floors_and_mode_off_wins():
-    controller = LengthController(FaserConfig(mode="fixed", fixed_len=2), window=4, explore_every=0)
+    controller = LengthController(FaserConfig(mode="fixed", fixed_len=2), window=4)
     decision = controller.decide(["a", "b", "c"], caps=np.array([0, 4, 1]), floors=np.array([0, 3, 1]))
     assert decision.lengths.tolist() == [0, 3, 1]  # cap 0 = no speculation; floor 3 lifts b; c capped at 1
     controller.apply_config(FaserConfig(mode="off", min_len=2))
@@ -56,13 +72,13 @@ def test_per_request_caps_and_floors_and_mode_off_wins():
 
 
 def test_a_latency_critical_request_keeps_speculating_when_the_policy_would_stop():
-    controller = LengthController(FaserConfig(mode="fixed", fixed_len=0), window=4, explore_every=0)
+    controller = LengthController(FaserConfig(mode="fixed", fixed_len=0), window=4)
     assert controller.decide(["a", "b"]).lengths.tolist() == [0, 0]
     assert controller.decide(["a", "b"], floors=np.array([1, 0])).lengths.tolist() == [1, 0]
 
 
 def test_start_up_sweep_runs_every_depth_and_feeds_the_profile_prior():
-    controller = LengthController(FaserConfig(), window=3, explore_every=0, calibration_sweeps=2)
+    controller = LengthController(FaserConfig(), window=3, calibration_sweeps=2)
     controller.cost.draft_coef[:] = 99.0  # the default prior is replaced by the sweep's measurements
     depths = []
     for _ in range(8):
@@ -74,12 +90,12 @@ def test_start_up_sweep_runs_every_depth_and_feeds_the_profile_prior():
     assert depths == [[0, 0], [1, 1], [2, 1], [3, 1]] * 2  # every depth, clipped to each request's cap
     assert not controller.calibrating
     assert controller.cost.draft_ms(2, 3) == pytest.approx(6.5, rel=0.05)  # fitted from the sweep
-    fixed = LengthController(FaserConfig(mode="fixed", fixed_len=1), window=3, explore_every=0, calibration_sweeps=2)
+    fixed = LengthController(FaserConfig(mode="fixed", fixed_len=1), window=3, calibration_sweeps=2)
     assert fixed.decide(["a"]).lengths.tolist() == [1]  # fixed mode is never swept
 
 
 def test_model_report_shows_the_fitted_costs_and_the_acceptance_it_learned():
-    controller = LengthController(FaserConfig(mode="fixed", fixed_len=1), window=3, explore_every=0)
+    controller = LengthController(FaserConfig(mode="fixed", fixed_len=1), window=3)
     before = controller.model_report()
     assert before["verify_mape"] is None and len(before["accept_by_position"]) == 3
     for _ in range(40):
@@ -93,7 +109,7 @@ def test_model_report_shows_the_fitted_costs_and_the_acceptance_it_learned():
 
 def test_overlap_order_credits_each_result_to_the_step_it_belongs_to():
     # SGLang's overlap scheduler decides step 2 before step 1's accepted counts reach observe()
-    controller = LengthController(FaserConfig(mode="fixed", fixed_len=3), window=3, explore_every=0)
+    controller = LengthController(FaserConfig(mode="fixed", fixed_len=3), window=3)
     first = controller.decide(["a", "b"], caps=np.array([0, 3]))
     second = controller.decide(["a", "b"], caps=np.array([3, 0]))
     assert first.lengths.tolist() == [0, 3] and second.lengths.tolist() == [3, 0]
@@ -109,7 +125,7 @@ def test_overlap_order_credits_each_result_to_the_step_it_belongs_to():
 
 
 def test_pending_decisions_are_bounded_when_results_go_missing():
-    controller = LengthController(FaserConfig(mode="fixed", fixed_len=1), window=3, explore_every=0)
+    controller = LengthController(FaserConfig(mode="fixed", fixed_len=1), window=3)
     for step in range(MAX_PENDING_STEPS + 2):
         controller.decide(["a"], caps=np.array([step % 2]))  # lengths 0, 1, 0, 1, 0, 1
     assert controller.counters.unobserved == 2
@@ -120,10 +136,25 @@ def test_pending_decisions_are_bounded_when_results_go_missing():
 
 
 def test_uniform_backend_gets_one_length_for_the_whole_batch():
-    controller = LengthController(FaserConfig(), window=4, explore_every=0)
+    rows_cost = StepCostModel(verify_coef=[1.0, 0.0, 0.5], draft_coef=[0.2, 0.0, 0.2, 0.0])  # rows matter
+    controller = LengthController(FaserConfig(), window=4, cost=rows_cost)
     for _ in range(30):  # a always accepts, b never does: per-request lengths would split them
         decision = controller.decide(["a", "b"])
         controller.observe([decision.lengths[0], 0])
-    assert controller.decide(["a", "b"]).lengths.tolist() == [4, 0]
+    split = controller.decide(["a", "b"]).lengths
+    assert split[0] == 4 and split[1] < 4
     uniform = controller.decide(["a", "b", "c"], caps=np.array([4, 4, 1]), uniform=True)
     assert uniform.lengths[0] == uniform.lengths[1] and uniform.lengths[2] == min(uniform.lengths[0], 1)
+
+
+def test_the_source_ranks_decision_replaces_this_ranks_own():
+    """With tensor parallelism every rank runs rank 0's lengths: queue and counters follow them."""
+    controller = LengthController(FaserConfig(mode="fixed", fixed_len=1), window=4)
+    mine = controller.decide(["a", "b"])
+    assert mine.lengths.tolist() == [1, 1]
+    theirs = controller.replace_last(mine, np.array([3, 0]), 3)
+    assert theirs.lengths.tolist() == [3, 0] and theirs.depth == 3
+    c = controller.counters
+    assert c.proposed == 3 and c.length_histogram[:4] == [1, 0, 0, 1]
+    controller.observe([2, 0])
+    assert c.accepted == 2 and c.proposed_by_position[:3] == [1, 1, 1]  # credited against [3, 0]

@@ -70,3 +70,25 @@ def test_draft_rows_are_fitted_apart_from_draft_steps():
     assert model.draft_ms(16, 5) == pytest.approx(1.0 + 3.2 + 2.5 + 0.3 * 64)  # default: every request, every step
     model.draft_cut = True
     assert model.plan_rows(np.array([5, 1, 0, 2])) == 5  # 4 + 0 + 0 + 1
+
+
+def test_a_burst_of_large_batches_is_kept_while_a_one_off_stall_is_dropped():
+    """After a quiet spell of batch-1 steps, a burst's batch-64 steps are slow because of their shape: the robust
+    filter compares each sample with the fit's prediction for that shape, not with the window's median."""
+    model = StepCostModel(verify_coef=[1.0, 0.0, 0.05], refit_every=10_000)
+    for _ in range(200):
+        model.record("verify", 1, 2, 1.0 + 0.05 * 2)
+    model.refit()
+    for _ in range(20):
+        model.record("verify", 64, 128, 1.0 + 0.05 * 128)  # 7.4 ms: 6.7x the median, as predicted for its shape
+    model.record("verify", 1, 2, 50.0)  # a stall: 45x its prediction
+    model.refit()
+    assert model.verify_ms(64, 128) == pytest.approx(7.4, rel=0.05)
+    assert model.verify_ms(1, 2) == pytest.approx(1.1, rel=0.05)
+
+
+def test_each_frontier_pass_pays_the_verify_intercept():
+    model = StepCostModel(verify_coef=[2.0, 0.0, 0.0], draft_coef=[0.0, 0.0, 0.0, 0.0])
+    assert model.step_ms(1, 5, 4) == pytest.approx(2.0)
+    model.frontier_size = 1
+    assert model.step_ms(1, 5, 4) == pytest.approx(8.0)  # frontiers [0,2) [2,3) [3,4) [4,5): four passes

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sglang_faser.spec.cost_model import StepCostModel
 from sglang_faser.spec.policy import FixedPolicy, GoodputPolicy, evaluate, make_policy
@@ -151,3 +153,74 @@ def test_uniform_keeps_a_sure_and_a_hopeless_request_at_the_same_length():
     together = GoodputPolicy().plan(accept, np.full(2, K), np.zeros(2, dtype=int), linear_cost(per_token=0.5),
                                     uniform=True)
     assert together.lengths[0] == together.lengths[1]
+
+
+def _brute_force(accept, caps, mins, cost, weights):
+    """Every plan in the product of the per-request ranges, scored under the model (small cases only)."""
+    import itertools
+
+    batch = len(caps)
+    survival = np.cumprod(accept, axis=1)
+    best, best_plan = -np.inf, None
+    for plan in itertools.product(*(range(int(lo), int(hi) + 1) for lo, hi in zip(mins, caps))):
+        lengths = np.array(plan, dtype=np.int64)
+        tokens = float((weights * (1.0 + np.where(np.arange(accept.shape[1])[None, :] < lengths[:, None],
+                                                  survival, 0.0).sum(axis=1))).sum())
+        ms = float(cost.step_ms(batch, batch + int(lengths.sum()), int(lengths.max(initial=0)),
+                                cost.plan_rows(lengths)))
+        if tokens / ms > best + 1e-12:
+            best, best_plan = tokens / ms, lengths
+    return best, best_plan
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_the_plan_is_the_exact_optimum_of_its_model(data):
+    """Dinkelbach over every depth cap returns what brute force over every plan finds (weighted goodput)."""
+    batch = data.draw(st.integers(1, 3))
+    width = data.draw(st.integers(1, 4))
+    unit = st.floats(0.0, 1.0)
+    accept = np.array(data.draw(st.lists(st.lists(unit, min_size=width, max_size=width), min_size=batch,
+                                         max_size=batch)))
+    caps = np.array(data.draw(st.lists(st.integers(0, width), min_size=batch, max_size=batch)))
+    mins = np.minimum(np.array(data.draw(st.lists(st.integers(0, 2), min_size=batch, max_size=batch))), caps)
+    weights = np.array(data.draw(st.lists(st.sampled_from([1.0, 4.0]), min_size=batch, max_size=batch)))
+    coef = st.floats(0.0, 3.0)
+    cost = StepCostModel(verify_coef=[data.draw(st.floats(0.1, 10.0)), data.draw(coef), data.draw(coef)],
+                         draft_coef=[data.draw(coef), data.draw(coef), data.draw(coef), data.draw(coef)],
+                         draft_cut=data.draw(st.booleans()))
+    plan = GoodputPolicy().plan(accept, caps, mins, cost, weights=weights)
+    best, _ = _brute_force(accept, caps, mins, cost, weights)
+    assert np.all(plan.lengths >= mins) and np.all(plan.lengths <= caps)
+    tokens, ms = evaluate(accept, plan.lengths, cost)  # unweighted expectation of the returned plan
+    weighted = float((weights * (1.0 + np.where(np.arange(width)[None, :] < plan.lengths[:, None],
+                                                np.cumprod(accept, axis=1), 0.0).sum(axis=1))).sum())
+    assert weighted / ms >= best * (1 - 1e-9), (plan.lengths, weighted / ms, best)
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 10_000), batch=st.integers(1, 64))
+def test_the_plan_never_loses_to_the_best_uniform_length(seed, batch):
+    rng = np.random.default_rng(seed)
+    width = 8
+    accept = rng.uniform(0.0, 1.0, (batch, width)) ** rng.uniform(0.2, 3.0)
+    caps, mins = np.full(batch, width), np.zeros(batch, dtype=np.int64)
+    cost = StepCostModel(verify_coef=rng.uniform(0.0, [10.0, 1.0, 1.0]),
+                         draft_coef=rng.uniform(0.0, [2.0, 0.5, 2.0, 0.5]), draft_cut=bool(rng.integers(2)))
+    plan = GoodputPolicy().plan(accept, caps, mins, cost)
+    best_uniform = max(FixedPolicy(k).plan(accept, caps, mins, cost).goodput for k in range(width + 1))
+    assert plan.goodput >= best_uniform * (1 - 1e-9)
+
+
+def test_a_critical_request_keeps_its_speculation_under_load():
+    """Under a rising row cost a plain request gets shorter; the same request counted at latency_weight keeps
+    more of its draft (its tokens are worth more to the objective)."""
+    batch = 32
+    accept = np.full((batch, 6), 0.7)
+    caps, mins = np.full(batch, 6), np.zeros(batch, dtype=np.int64)
+    cost = linear_cost(0.4)
+    plain = GoodputPolicy().plan(accept, caps, mins, cost).lengths
+    weights = np.ones(batch)
+    weights[0] = 4.0
+    weighted = GoodputPolicy().plan(accept, caps, mins, cost, weights=weights).lengths
+    assert weighted[0] > plain[0] and weighted[0] > weighted[1]

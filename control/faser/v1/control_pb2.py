@@ -24,37 +24,37 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x66\x61ser/v1/control.proto\x12\x08\x66\x61ser.v1\"\xc2\x03\n\x06Policy\x12\x1c\n\x04mode\x18\x01 \x01(\x0e\x32\x0e.faser.v1.Mode\x12\x14\n\x07max_len\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x14\n\x07min_len\x18\x03 \x01(\x05H\x01\x88\x01\x01\x12\x16\n\tfixed_len\x18\x04 \x01(\x05H\x02\x88\x01\x01\x12\x1a\n\rfrontier_size\x18\x05 \x01(\x05H\x03\x88\x01\x01\x12\x14\n\x07overlap\x18\x06 \x01(\x08H\x04\x88\x01\x01\x12\x19\n\x0crequest_rate\x18\x07 \x01(\x01H\x05\x88\x01\x01\x12\x17\n\nrelax_rate\x18\x08 \x01(\x01H\x06\x88\x01\x01\x12\x1a\n\rexplore_every\x18\t \x01(\x05H\x07\x88\x01\x01\x12\x1a\n\rclear_max_len\x18\n \x01(\x08H\x08\x88\x01\x01\x12\x1c\n\x0f\x63lear_fixed_len\x18\x0b \x01(\x08H\t\x88\x01\x01\x42\n\n\x08_max_lenB\n\n\x08_min_lenB\x0c\n\n_fixed_lenB\x10\n\x0e_frontier_sizeB\n\n\x08_overlapB\x0f\n\r_request_rateB\r\n\x0b_relax_rateB\x10\n\x0e_explore_everyB\x10\n\x0e_clear_max_lenB\x12\n\x10_clear_fixed_len\"\x12\n\x10GetPolicyRequest\"4\n\x10SetPolicyRequest\x12 \n\x06policy\x18\x01 \x01(\x0b\x32\x10.faser.v1.Policy\"Q\n\x0bPolicyReply\x12 \n\x06policy\x18\x01 \x01(\x0b\x32\x10.faser.v1.Policy\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x0f\n\x07\x61pplied\x18\x03 \x01(\x08\"\x84\x01\n\x0bPhaseShares\x12\r\n\x05\x64raft\x18\x01 \x01(\x01\x12\x0e\n\x06verify\x18\x02 \x01(\x01\x12\x14\n\x0c\x64raft_extend\x18\x03 \x01(\x01\x12\x0f\n\x07prefill\x18\x04 \x01(\x01\x12\x0f\n\x07overlap\x18\x05 \x01(\x01\x12\x0c\n\x04idle\x18\x06 \x01(\x01\x12\x10\n\x08schedule\x18\x07 \x01(\x01\"\x8e\x01\n\x0bTokenCounts\x12\x10\n\x08proposed\x18\x01 \x01(\x04\x12\x10\n\x08verified\x18\x02 \x01(\x04\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\x04\x12\x0e\n\x06pruned\x18\x04 \x01(\x04\x12\x11\n\tcommitted\x18\x05 \x01(\x04\x12\x0f\n\x07\x64rafted\x18\x06 \x01(\x04\x12\x15\n\rdraft_skipped\x18\x07 \x01(\x04\"\xe7\x01\n\x04Span\x12\x0f\n\x07seconds\x18\x01 \x01(\x01\x12%\n\x06shares\x18\x02 \x01(\x0b\x32\x15.faser.v1.PhaseShares\x12%\n\x06tokens\x18\x03 \x01(\x0b\x32\x15.faser.v1.TokenCounts\x12\r\n\x05steps\x18\x04 \x01(\x04\x12\x17\n\x0fmean_batch_size\x18\x05 \x01(\x01\x12\x1e\n\x16\x61\x63\x63\x65ptance_by_position\x18\x06 \x03(\x01\x12\x18\n\x10length_histogram\x18\x07 \x03(\x04\x12\x1e\n\x16\x63ommitted_tokens_per_s\x18\x08 \x01(\x01\"{\n\x0bPolicyModel\x12\x13\n\x0bverify_coef\x18\x01 \x03(\x01\x12\x12\n\ndraft_coef\x18\x02 \x03(\x01\x12\x13\n\x0bverify_mape\x18\x03 \x01(\x01\x12\x12\n\ndraft_mape\x18\x04 \x01(\x01\x12\x1a\n\x12\x61\x63\x63\x65pt_by_position\x18\x05 \x03(\x01\"\x8d\x02\n\tTelemetry\x12\x11\n\ttimestamp\x18\x01 \x01(\x01\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x04\x12 \n\x06policy\x18\x03 \x01(\x0b\x32\x10.faser.v1.Policy\x12\x1e\n\x06window\x18\x04 \x01(\x0b\x32\x0e.faser.v1.Span\x12\x1d\n\x05total\x18\x05 \x01(\x0b\x32\x0e.faser.v1.Span\x12\x16\n\x0ewindow_seconds\x18\x06 \x01(\x01\x12\x13\n\x0bverify_path\x18\x07 \x01(\t\x12\x12\n\ndraft_path\x18\x08 \x01(\t\x12\r\n\x05ranks\x18\t \x01(\r\x12$\n\x05model\x18\n \x01(\x0b\x32\x15.faser.v1.PolicyModel\"\x15\n\x13GetTelemetryRequest\"@\n\x15WatchTelemetryRequest\x12\x18\n\x10interval_seconds\x18\x01 \x01(\x01\x12\r\n\x05\x63ount\x18\x02 \x01(\r*M\n\x04Mode\x12\x14\n\x10MODE_UNSPECIFIED\x10\x00\x12\x11\n\rMODE_ADAPTIVE\x10\x01\x12\x0e\n\nMODE_FIXED\x10\x02\x12\x0c\n\x08MODE_OFF\x10\x03\x32\x9c\x02\n\x0c\x46\x61serControl\x12>\n\tGetPolicy\x12\x1a.faser.v1.GetPolicyRequest\x1a\x15.faser.v1.PolicyReply\x12>\n\tSetPolicy\x12\x1a.faser.v1.SetPolicyRequest\x1a\x15.faser.v1.PolicyReply\x12\x42\n\x0cGetTelemetry\x12\x1d.faser.v1.GetTelemetryRequest\x1a\x13.faser.v1.Telemetry\x12H\n\x0eWatchTelemetry\x12\x1f.faser.v1.WatchTelemetryRequest\x1a\x13.faser.v1.Telemetry0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x66\x61ser/v1/control.proto\x12\x08\x66\x61ser.v1\"\x91\x04\n\x06Policy\x12\x1c\n\x04mode\x18\x01 \x01(\x0e\x32\x0e.faser.v1.Mode\x12\x14\n\x07max_len\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x14\n\x07min_len\x18\x03 \x01(\x05H\x01\x88\x01\x01\x12\x16\n\tfixed_len\x18\x04 \x01(\x05H\x02\x88\x01\x01\x12\x1a\n\rfrontier_size\x18\x05 \x01(\x05H\x03\x88\x01\x01\x12\x14\n\x07overlap\x18\x06 \x01(\x08H\x04\x88\x01\x01\x12\x19\n\x0crequest_rate\x18\x07 \x01(\x01H\x05\x88\x01\x01\x12\x1a\n\rclear_max_len\x18\n \x01(\x08H\x06\x88\x01\x01\x12\x1c\n\x0f\x63lear_fixed_len\x18\x0b \x01(\x08H\x07\x88\x01\x01\x12\x19\n\x0cprior_weight\x18\x0c \x01(\x01H\x08\x88\x01\x01\x12\x14\n\x07\x65xplore\x18\r \x01(\x01H\t\x88\x01\x01\x12\x1b\n\x0elatency_weight\x18\x0e \x01(\x01H\n\x88\x01\x01\x42\n\n\x08_max_lenB\n\n\x08_min_lenB\x0c\n\n_fixed_lenB\x10\n\x0e_frontier_sizeB\n\n\x08_overlapB\x0f\n\r_request_rateB\x10\n\x0e_clear_max_lenB\x12\n\x10_clear_fixed_lenB\x0f\n\r_prior_weightB\n\n\x08_exploreB\x11\n\x0f_latency_weightJ\x04\x08\x08\x10\tJ\x04\x08\t\x10\nR\nrelax_rateR\rexplore_every\"\x12\n\x10GetPolicyRequest\"4\n\x10SetPolicyRequest\x12 \n\x06policy\x18\x01 \x01(\x0b\x32\x10.faser.v1.Policy\"Q\n\x0bPolicyReply\x12 \n\x06policy\x18\x01 \x01(\x0b\x32\x10.faser.v1.Policy\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x0f\n\x07\x61pplied\x18\x03 \x01(\x08\"\x84\x01\n\x0bPhaseShares\x12\r\n\x05\x64raft\x18\x01 \x01(\x01\x12\x0e\n\x06verify\x18\x02 \x01(\x01\x12\x14\n\x0c\x64raft_extend\x18\x03 \x01(\x01\x12\x0f\n\x07prefill\x18\x04 \x01(\x01\x12\x0f\n\x07overlap\x18\x05 \x01(\x01\x12\x0c\n\x04idle\x18\x06 \x01(\x01\x12\x10\n\x08schedule\x18\x07 \x01(\x01\"\x8e\x01\n\x0bTokenCounts\x12\x10\n\x08proposed\x18\x01 \x01(\x04\x12\x10\n\x08verified\x18\x02 \x01(\x04\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\x04\x12\x0e\n\x06pruned\x18\x04 \x01(\x04\x12\x11\n\tcommitted\x18\x05 \x01(\x04\x12\x0f\n\x07\x64rafted\x18\x06 \x01(\x04\x12\x15\n\rdraft_skipped\x18\x07 \x01(\x04\"\xe7\x01\n\x04Span\x12\x0f\n\x07seconds\x18\x01 \x01(\x01\x12%\n\x06shares\x18\x02 \x01(\x0b\x32\x15.faser.v1.PhaseShares\x12%\n\x06tokens\x18\x03 \x01(\x0b\x32\x15.faser.v1.TokenCounts\x12\r\n\x05steps\x18\x04 \x01(\x04\x12\x17\n\x0fmean_batch_size\x18\x05 \x01(\x01\x12\x1e\n\x16\x61\x63\x63\x65ptance_by_position\x18\x06 \x03(\x01\x12\x18\n\x10length_histogram\x18\x07 \x03(\x04\x12\x1e\n\x16\x63ommitted_tokens_per_s\x18\x08 \x01(\x01\"{\n\x0bPolicyModel\x12\x13\n\x0bverify_coef\x18\x01 \x03(\x01\x12\x12\n\ndraft_coef\x18\x02 \x03(\x01\x12\x13\n\x0bverify_mape\x18\x03 \x01(\x01\x12\x12\n\ndraft_mape\x18\x04 \x01(\x01\x12\x1a\n\x12\x61\x63\x63\x65pt_by_position\x18\x05 \x03(\x01\"\x8d\x02\n\tTelemetry\x12\x11\n\ttimestamp\x18\x01 \x01(\x01\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x04\x12 \n\x06policy\x18\x03 \x01(\x0b\x32\x10.faser.v1.Policy\x12\x1e\n\x06window\x18\x04 \x01(\x0b\x32\x0e.faser.v1.Span\x12\x1d\n\x05total\x18\x05 \x01(\x0b\x32\x0e.faser.v1.Span\x12\x16\n\x0ewindow_seconds\x18\x06 \x01(\x01\x12\x13\n\x0bverify_path\x18\x07 \x01(\t\x12\x12\n\ndraft_path\x18\x08 \x01(\t\x12\r\n\x05ranks\x18\t \x01(\r\x12$\n\x05model\x18\n \x01(\x0b\x32\x15.faser.v1.PolicyModel\"\x15\n\x13GetTelemetryRequest\"@\n\x15WatchTelemetryRequest\x12\x18\n\x10interval_seconds\x18\x01 \x01(\x01\x12\r\n\x05\x63ount\x18\x02 \x01(\r*M\n\x04Mode\x12\x14\n\x10MODE_UNSPECIFIED\x10\x00\x12\x11\n\rMODE_ADAPTIVE\x10\x01\x12\x0e\n\nMODE_FIXED\x10\x02\x12\x0c\n\x08MODE_OFF\x10\x03\x32\x9c\x02\n\x0c\x46\x61serControl\x12>\n\tGetPolicy\x12\x1a.faser.v1.GetPolicyRequest\x1a\x15.faser.v1.PolicyReply\x12>\n\tSetPolicy\x12\x1a.faser.v1.SetPolicyRequest\x1a\x15.faser.v1.PolicyReply\x12\x42\n\x0cGetTelemetry\x12\x1d.faser.v1.GetTelemetryRequest\x1a\x13.faser.v1.Telemetry\x12H\n\x0eWatchTelemetry\x12\x1f.faser.v1.WatchTelemetryRequest\x1a\x13.faser.v1.Telemetry0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'faser.v1.control_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_MODE']._serialized_start=1646
-  _globals['_MODE']._serialized_end=1723
+  _globals['_MODE']._serialized_start=1725
+  _globals['_MODE']._serialized_end=1802
   _globals['_POLICY']._serialized_start=37
-  _globals['_POLICY']._serialized_end=487
-  _globals['_GETPOLICYREQUEST']._serialized_start=489
-  _globals['_GETPOLICYREQUEST']._serialized_end=507
-  _globals['_SETPOLICYREQUEST']._serialized_start=509
-  _globals['_SETPOLICYREQUEST']._serialized_end=561
-  _globals['_POLICYREPLY']._serialized_start=563
-  _globals['_POLICYREPLY']._serialized_end=644
-  _globals['_PHASESHARES']._serialized_start=647
-  _globals['_PHASESHARES']._serialized_end=779
-  _globals['_TOKENCOUNTS']._serialized_start=782
-  _globals['_TOKENCOUNTS']._serialized_end=924
-  _globals['_SPAN']._serialized_start=927
-  _globals['_SPAN']._serialized_end=1158
-  _globals['_POLICYMODEL']._serialized_start=1160
-  _globals['_POLICYMODEL']._serialized_end=1283
-  _globals['_TELEMETRY']._serialized_start=1286
-  _globals['_TELEMETRY']._serialized_end=1555
-  _globals['_GETTELEMETRYREQUEST']._serialized_start=1557
-  _globals['_GETTELEMETRYREQUEST']._serialized_end=1578
-  _globals['_WATCHTELEMETRYREQUEST']._serialized_start=1580
-  _globals['_WATCHTELEMETRYREQUEST']._serialized_end=1644
-  _globals['_FASERCONTROL']._serialized_start=1726
-  _globals['_FASERCONTROL']._serialized_end=2010
+  _globals['_POLICY']._serialized_end=566
+  _globals['_GETPOLICYREQUEST']._serialized_start=568
+  _globals['_GETPOLICYREQUEST']._serialized_end=586
+  _globals['_SETPOLICYREQUEST']._serialized_start=588
+  _globals['_SETPOLICYREQUEST']._serialized_end=640
+  _globals['_POLICYREPLY']._serialized_start=642
+  _globals['_POLICYREPLY']._serialized_end=723
+  _globals['_PHASESHARES']._serialized_start=726
+  _globals['_PHASESHARES']._serialized_end=858
+  _globals['_TOKENCOUNTS']._serialized_start=861
+  _globals['_TOKENCOUNTS']._serialized_end=1003
+  _globals['_SPAN']._serialized_start=1006
+  _globals['_SPAN']._serialized_end=1237
+  _globals['_POLICYMODEL']._serialized_start=1239
+  _globals['_POLICYMODEL']._serialized_end=1362
+  _globals['_TELEMETRY']._serialized_start=1365
+  _globals['_TELEMETRY']._serialized_end=1634
+  _globals['_GETTELEMETRYREQUEST']._serialized_start=1636
+  _globals['_GETTELEMETRYREQUEST']._serialized_end=1657
+  _globals['_WATCHTELEMETRYREQUEST']._serialized_start=1659
+  _globals['_WATCHTELEMETRYREQUEST']._serialized_end=1723
+  _globals['_FASERCONTROL']._serialized_start=1805
+  _globals['_FASERCONTROL']._serialized_end=2089
 # @@protoc_insertion_point(module_scope)

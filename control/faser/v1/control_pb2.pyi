@@ -19,7 +19,7 @@ MODE_FIXED: Mode
 MODE_OFF: Mode
 
 class Policy(_message.Message):
-    __slots__ = ("mode", "max_len", "min_len", "fixed_len", "frontier_size", "overlap", "request_rate", "relax_rate", "explore_every", "clear_max_len", "clear_fixed_len")
+    __slots__ = ("mode", "max_len", "min_len", "fixed_len", "frontier_size", "overlap", "request_rate", "clear_max_len", "clear_fixed_len", "prior_weight", "explore", "latency_weight")
     MODE_FIELD_NUMBER: _ClassVar[int]
     MAX_LEN_FIELD_NUMBER: _ClassVar[int]
     MIN_LEN_FIELD_NUMBER: _ClassVar[int]
@@ -27,10 +27,11 @@ class Policy(_message.Message):
     FRONTIER_SIZE_FIELD_NUMBER: _ClassVar[int]
     OVERLAP_FIELD_NUMBER: _ClassVar[int]
     REQUEST_RATE_FIELD_NUMBER: _ClassVar[int]
-    RELAX_RATE_FIELD_NUMBER: _ClassVar[int]
-    EXPLORE_EVERY_FIELD_NUMBER: _ClassVar[int]
     CLEAR_MAX_LEN_FIELD_NUMBER: _ClassVar[int]
     CLEAR_FIXED_LEN_FIELD_NUMBER: _ClassVar[int]
+    PRIOR_WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    EXPLORE_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_WEIGHT_FIELD_NUMBER: _ClassVar[int]
     mode: Mode
     max_len: int
     min_len: int
@@ -38,11 +39,12 @@ class Policy(_message.Message):
     frontier_size: int
     overlap: bool
     request_rate: float
-    relax_rate: float
-    explore_every: int
     clear_max_len: bool
     clear_fixed_len: bool
-    def __init__(self, mode: _Optional[_Union[Mode, str]] = ..., max_len: _Optional[int] = ..., min_len: _Optional[int] = ..., fixed_len: _Optional[int] = ..., frontier_size: _Optional[int] = ..., overlap: _Optional[bool] = ..., request_rate: _Optional[float] = ..., relax_rate: _Optional[float] = ..., explore_every: _Optional[int] = ..., clear_max_len: _Optional[bool] = ..., clear_fixed_len: _Optional[bool] = ...) -> None: ...
+    prior_weight: float
+    explore: float
+    latency_weight: float
+    def __init__(self, mode: _Optional[_Union[Mode, str]] = ..., max_len: _Optional[int] = ..., min_len: _Optional[int] = ..., fixed_len: _Optional[int] = ..., frontier_size: _Optional[int] = ..., overlap: _Optional[bool] = ..., request_rate: _Optional[float] = ..., clear_max_len: _Optional[bool] = ..., clear_fixed_len: _Optional[bool] = ..., prior_weight: _Optional[float] = ..., explore: _Optional[float] = ..., latency_weight: _Optional[float] = ...) -> None: ...
 
 class GetPolicyRequest(_message.Message):
     __slots__ = ()
