@@ -12,10 +12,12 @@ The estimate is a Beta posterior per request and position, learnt both ways:
 * **prior from the server**: the posterior mean is (s + w g) / (s + f + w), g the server-wide rate by position
   (itself decayed counts over every request) and w = ``prior_weight`` pseudo-observations, so a new request
   starts from what the server sees;
-* **optimism where evidence is thin**: decisions use mean + ``explore`` x sd, sd = sqrt(mean (1 - mean) /
-  (s + f + w + 1)), a UCB bonus that shrinks as a position is tried. A request held short therefore looks better
-  one position deeper as its old evidence fades, and is probed there when the goodput policy says it may pay;
-  no fixed exploration cadence is needed.
+* **optimism where evidence is thin**: decisions use the posterior mean, plus ``explore`` x sd, sd = sqrt(mean
+  (1 - mean) / (s + f + w + 1)), at the first position the request has less than one (decayed) observation of: a
+  UCB bonus for one position past what it has tried lately. A request held short therefore looks better one
+  position deeper as its old evidence fades, and is probed there when the goodput policy says it may pay; no fixed
+  exploration cadence is needed. Positions it tries every step get no bonus (one on every position compounds
+  along the chain into far too long drafts: measured on the mixed workload, 6.6 of 7 draft tokens on average).
 
 All updates are vectorised over the batch: one call per verify step, no Python loop per request.
 """
@@ -75,9 +77,15 @@ class AcceptanceTracker:
         return mean, np.sqrt(mean * (1.0 - mean) / (n + 1.0))
 
     def accept_probs(self, rids: list[str]) -> np.ndarray:
-        """[B, max_len] optimistic acceptance estimates for decisions: mean + explore x sd, within [0, 1]."""
+        """[B, max_len] estimates for decisions: the posterior mean, plus explore x sd at the first position the
+        request has less than one (decayed) observation of: optimism for one position past what it has tried
+        lately, never for what it has just seen (a bonus on every position compounds along the chain into far
+        too long drafts, and a probe several positions deep costs several draft forwards)."""
+        rows = self.rows_for(rids)
         mean, sd = self.posterior(rids)
-        return np.clip(mean + self.explore * sd, 0.0, 1.0)
+        seldom = self._counts[0, rows] + self._counts[1, rows] < 1.0
+        probe = seldom & (np.cumsum(seldom, axis=1) == 1)  # the first such position: probe one deeper at a time
+        return np.clip(mean + np.where(probe, self.explore * sd, 0.0), 0.0, 1.0)
 
     def observe(self, rids: list[str], proposed: np.ndarray, accepted: np.ndarray) -> None:
         """Record one verify step: request i proposed ``proposed[i]`` drafts and ``accepted[i]`` were accepted."""
