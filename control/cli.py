@@ -1,12 +1,12 @@
 """``faserctl``: the command-line client of the FASER control service.
 
     faserctl [--target HOST:PORT] [--token-file F] [--tls-ca PEM] COMMAND
-      get-policy                      the policy in force and its version
+      get-policy [--output table|json] the policy in force, its version, and a row per replica
       set-policy [--mode M] [--max-len N] [--min-len N] [--fixed-len N] [--frontier-size N] [--overlap on|off]
                  [--request-rate X] [--prior-weight X] [--explore X] [--latency-weight X]
                  [--clear-max-len] [--clear-fixed-len]   (one flag per knob of sglang_faser/spec/config.py)
-      telemetry [--json] [--watch [--interval S] [--count N]]
-      status                          health of the service and the engine's policy version
+      telemetry [--json] [--watch [--interval S] [--count N]] [--per-replica]
+      status [--output table|json]    health of the service, the policy version, and a row per replica
 
 Exit code 0 on success; otherwise one line on stderr saying why, and 1 (refused / failed) or 2 (bad usage).
 """
@@ -24,7 +24,7 @@ from control.convert import changes_to_wire
 from sglang_faser.spec.config import KNOBS, Mode
 from control.faser.v1 import control_pb2 as pb
 from control.faser.v1 import control_pb2_grpc as pb_grpc
-from control.telemetry_view import policy_dict, render, to_json_dict
+from control.telemetry_view import policy_dict, render, replica_table, to_json_dict
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 
@@ -44,7 +44,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--tls-ca", help="CA / self-signed certificate (PEM) to reach a TLS service")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per call (default 10)")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("get-policy", help="print the policy in force")
+    getp = sub.add_parser("get-policy", help="the policy in force, and a row per replica")
+    getp.add_argument("--output", choices=["table", "json"], default="table", help="json: for machines")
     setp = sub.add_parser("set-policy", help="change some policy fields (the others stay)")
     for knob in KNOBS:  # one flag per policy knob (sglang_faser/spec/config.py)
         flag = "--" + knob.name.replace("_", "-")
@@ -62,7 +63,9 @@ def _parser() -> argparse.ArgumentParser:
     tele.add_argument("--watch", action="store_true", help="keep printing snapshots")
     tele.add_argument("--interval", type=float, default=1.0)
     tele.add_argument("--count", type=int, default=0, help="with --watch: stop after N snapshots (0 = never)")
-    sub.add_parser("status", help="service health and the policy version in force")
+    tele.add_argument("--per-replica", action="store_true", help="also a row per replica (its own window)")
+    stat = sub.add_parser("status", help="service health, the policy version, and a row per replica")
+    stat.add_argument("--output", choices=["table", "json"], default="table", help="json: for machines")
     return parser
 
 
@@ -97,14 +100,18 @@ def run(args) -> int:
     call = dict(metadata=_metadata(args), timeout=args.timeout)
     if args.command == "get-policy":
         reply = stub.GetPolicy(pb.GetPolicyRequest(), **call)
-        print(json.dumps({"version": reply.version, "applied": reply.applied, "policy": policy_dict(reply.policy)}))
+        data = {"version": reply.version, "applied": reply.applied, "policy": policy_dict(reply.policy),
+                "replicas": _rows(reply.replicas)}
+        _print(args.output, data, f"policy v{reply.version} {'applied' if reply.applied else 'NOT applied'} on "
+               f"every reachable replica: {data['policy']}", reply.replicas)
     elif args.command == "set-policy":
         changes = _changes(args)
         if not changes:
             print("faserctl: set-policy needs at least one field to change (see --help)", file=sys.stderr)
             return 2
         reply = stub.SetPolicy(pb.SetPolicyRequest(policy=changes_to_wire(changes)), **call)
-        print(json.dumps({"version": reply.version, "policy": policy_dict(reply.policy)}))
+        print(json.dumps({"version": reply.version, "applied": reply.applied, "policy": policy_dict(reply.policy),
+                          "replicas": _rows(reply.replicas)}))
     elif args.command == "telemetry":
         _telemetry(stub, args, call)
     elif args.command == "status":
@@ -114,9 +121,28 @@ def run(args) -> int:
         status = health.Check(health_pb2.HealthCheckRequest(service=""), **call).status
         reply = stub.GetPolicy(pb.GetPolicyRequest(), **call)
         stub_channel.close()
-        print(json.dumps({"target": args.target, "health": health_pb2.HealthCheckResponse.ServingStatus.Name(status),
-                          "policy_version": reply.version, "in_sync_with_engine": reply.applied}))
+        data = {"target": args.target, "health": health_pb2.HealthCheckResponse.ServingStatus.Name(status),
+                "policy_version": reply.version, "in_sync_with_engine": reply.applied, "replicas": _rows(reply.replicas)}
+        _print(args.output, data, f"control service {args.target}: {data['health']}, policy v{reply.version}, "
+               f"{'applied on every reachable replica' if reply.applied else 'NOT applied everywhere yet'}",
+               reply.replicas)
     return 0
+
+
+def _rows(replicas) -> list[dict]:
+    return [{"url": r.url, "reachable": r.reachable, "version": r.version if r.reachable else None,
+             "rank_versions": list(r.rank_versions), "error": r.error} for r in replicas]
+
+
+def _print(output: str, data: dict, headline: str, replicas) -> None:
+    if output == "json":
+        print(json.dumps(data))
+        return
+    from rich.console import Console
+
+    console = Console()
+    console.print(headline)
+    console.print(replica_table(replicas))
 
 
 def _telemetry(stub, args, call) -> None:
@@ -136,11 +162,11 @@ def _telemetry(stub, args, call) -> None:
 
     console = Console()
     if not args.watch:
-        console.print(render(snapshots[0]))
+        console.print(render(snapshots[0], args.per_replica))
         return
     with Live(console=console, refresh_per_second=4) as live:
         for snapshot in snapshots:
-            live.update(render(snapshot))
+            live.update(render(snapshot, args.per_replica))
 
 
 def main(argv: list[str] | None = None) -> int:

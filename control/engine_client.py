@@ -74,22 +74,29 @@ class EngineClient:
 
 
 def aggregate(reports: list[dict]) -> dict:
+    """Several reports as one: the ranks of one engine (each DP rank steps on its own batch), or the replicas of a
+    fleet. Tokens, steps, throughput and lengths add up; phase shares and the mean batch size are weighted by each
+    report's seconds and steps; ``ranks`` counts scheduler ranks; the version is the lowest in force."""
     first = dict(reports[0])
-    first["ranks"] = len(reports)
+    first["ranks"] = sum(r.get("ranks", 1) for r in reports)
     if len(reports) == 1:
         return first
     telemetry = {"window_s": reports[0]["telemetry"]["window_s"]}
     for span in ("window", "total"):
         spans = [r["telemetry"][span] for r in reports]
+        seconds = sum(s["seconds"] for s in spans) or 1.0
+        steps = sum(s["steps"] for s in spans)
         merged = dict(spans[0])
+        merged["seconds"] = max(s["seconds"] for s in spans)
         merged["tokens"] = {k: sum(s["tokens"][k] for s in spans) for k in spans[0]["tokens"]}
-        merged["shares"] = {k: sum(s["shares"][k] for s in spans) / len(spans) for k in spans[0]["shares"]}
-        merged["steps"] = max(s["steps"] for s in spans)  # ranks step together
+        merged["shares"] = {k: sum(s["shares"][k] * s["seconds"] for s in spans) / seconds for k in spans[0]["shares"]}
+        merged["steps"] = steps
+        merged["mean_batch_size"] = sum(s["mean_batch_size"] * s["steps"] for s in spans) / steps if steps else 0.0
         merged["committed_tokens_per_s"] = sum(s["committed_tokens_per_s"] for s in spans)
         width = max(len(s["length_histogram"]) for s in spans)
         merged["length_histogram"] = [sum(s["length_histogram"][k] for s in spans if k < len(s["length_histogram"]))
                                       for k in range(width)]
         telemetry[span] = merged
     first["telemetry"] = telemetry
-    first["version"] = min(r["version"] for r in reports)  # the version every rank has reached
+    first["version"] = min(r["version"] for r in reports)
     return first

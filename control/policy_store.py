@@ -1,10 +1,12 @@
-"""The policy the operator asked for: validated, versioned, serialized, logged, persisted, and pushed to the engine.
+"""The policy the operator asked for: validated, versioned, serialized, logged, persisted, and pushed to the fleet.
 
 Every change goes through :meth:`PolicyStore.update` under one lock, so concurrent SetPolicy calls are applied one
 after the other, each on top of the previous. A change is validated by ``FaserConfig`` (a bad one raises
-``ConfigError`` naming the field and its bounds and leaves everything as it was), pushed to the engine, and only
-then committed: the version goes up by one, the change is logged with who asked, old and new, and the policy file
-(``--faser-policy-file``) is rewritten atomically so that a restarted control service resumes it.
+``ConfigError`` naming the field and its bounds and leaves everything as it was), pushed to every replica
+(``control/fleet.py``; it fails, changing nothing, only if no replica took it), and then committed: the version
+goes up by one, the change is logged with who asked, old and new, and the policy file (``--faser-policy-file``) is
+rewritten atomically so that a restarted control service resumes it. :meth:`reconcile` brings replicas that
+missed a change up to the current version.
 """
 
 from __future__ import annotations
@@ -16,19 +18,19 @@ import tempfile
 import threading
 from pathlib import Path
 
-from control.engine_client import EngineClient
+from control.fleet import Fleet
 from sglang_faser.spec.config import ConfigError, FaserConfig
 
 logger = logging.getLogger("faser.control.policy")
 
 
 class PolicyStore:
-    def __init__(self, engine: EngineClient, path: str | Path | None = None):
+    def __init__(self, engine: Fleet, path: str | Path | None = None):
         self.engine = engine
         self.path = Path(path) if path else None
         self._lock = threading.Lock()
         self.config, self.version = FaserConfig(), 0
-        self.synced = False  # the engine runs (config, version)
+        self.synced = False  # the fleet was brought together with the store once (sync) or a change was pushed
         if self.path is not None and self.path.exists():
             self.config, self.version = load(self.path)
             logger.info("resuming policy v%d from %s: %s", self.version, self.path, self.config.to_json())
@@ -55,17 +57,39 @@ class PolicyStore:
             return new, version
 
     def sync(self) -> None:
-        """Bring store and engine together once the engine is up: push a resumed policy, else adopt the engine's."""
+        """Bring store and fleet together once a replica is up: push a resumed policy, else adopt the newest
+        replica's (the others follow through :meth:`reconcile`)."""
         with self._lock:
             if self.resumed:
                 self.engine.push(self.config, self.version)
-                logger.info("pushed resumed policy v%d to the engine", self.version)
+                logger.info("pushed resumed policy v%d to the fleet", self.version)
             else:
-                report = self.engine.report()
-                self.config = FaserConfig().replace(**report["policy"])
-                self.version = int(report["version"])
+                newest = self.engine.newest()
+                self.config = FaserConfig().replace(**newest.report["policy"])
+                self.version = newest.version
                 self._persist()
             self.synced = True
+
+    def reconcile(self) -> None:
+        """Replicas behind the current version (down during a change, or joined since) get it; a replica ahead of
+        it (another control service changed it) is adopted, so that two services never push each other back."""
+        with self._lock:
+            if not self.synced:
+                return
+            self.engine.refresh()
+            newest = self.engine.newest()
+            if newest.version > self.version:
+                self.config = FaserConfig().replace(**newest.report["policy"])
+                self.version = newest.version
+                self._persist()
+                logger.info("adopted policy v%d from replica %s (changed elsewhere): %s", self.version, newest.url,
+                            self.config.to_json())
+            self.engine.reconcile(self.config, self.version)
+
+    def applied(self) -> bool:
+        """Every reachable replica runs the current version on every rank."""
+        with self._lock:
+            return self.synced and self.engine.applied(self.version)
 
     def _persist(self) -> None:
         if self.path is None:

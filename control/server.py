@@ -1,7 +1,11 @@
-"""Run the control service beside the engine (``sglang_faser.launch_server`` starts one) or on its own.
+"""Run the control service beside the engine (``sglang_faser.launch_server`` starts one) or on its own, for one
+engine or a fleet.
 
-    python -m control.server --engine-url http://127.0.0.1:30000 [--host 127.0.0.1] [--port 50051]
-        [--policy-file PATH] [--tls-cert PEM --tls-key PEM] [--token-file PATH] [--insecure]
+    python -m control.server --engine-url http://127.0.0.1:30000 [--engine-url URL ...] [--router-url URL]
+        [--host 127.0.0.1] [--port 50051] [--policy-file PATH] [--tls-cert PEM --tls-key PEM] [--token-file PATH]
+        [--insecure]
+
+With ``--router-url`` (an ``sglang-router``), the fleet follows the router's workers (``control/fleet.py``).
 
 Besides FaserControl it serves the standard gRPC health service (SERVING once the engine answered and the policy
 is in sync, NOT_SERVING before) and server reflection. On start it brings policy and engine together in the
@@ -26,7 +30,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from control.auth import TokenInterceptor, check_bind, read_token, server_credentials
-from control.engine_client import EngineClient, EngineUnavailable, NoFaserWorker
+from control.engine_client import EngineUnavailable, NoFaserWorker
+from control.fleet import Fleet, FleetError
 from control.faser.v1 import control_pb2 as pb
 from control.faser.v1 import control_pb2_grpc as pb_grpc
 from control.policy_store import PolicyStore
@@ -39,7 +44,8 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["FaserControl"].full_name
 
 @dataclass
 class ControlSettings:
-    engine_url: str
+    engine_urls: list[str]
+    router_url: str | None = None
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     policy_file: str | None = None
@@ -57,12 +63,16 @@ class ControlSettings:
             raise ValueError(f"--faser-control-port must be in [0, 65535], got {self.port}")
         check_bind(self.host, tls=bool(self.tls_cert), token=bool(self.token_file), insecure=self.insecure)
 
+    @property
+    def engines(self) -> str:
+        return ", ".join(self.engine_urls + ([f"router {self.router_url}"] if self.router_url else []))
+
 
 class ControlServer:
     def __init__(self, settings: ControlSettings):
         settings.validate()
         self.settings = settings
-        self.store = PolicyStore(EngineClient(settings.engine_url, api_key=settings.engine_api_key),
+        self.store = PolicyStore(Fleet(settings.engine_urls, settings.router_url, api_key=settings.engine_api_key),
                                  settings.policy_file)
         interceptors = [TokenInterceptor(read_token(settings.token_file))] if settings.token_file else []
         self.grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=8), interceptors=interceptors)
@@ -87,27 +97,30 @@ class ControlServer:
         """Serve now and return. The engine is usually still loading (the launcher starts this service before
         SGLang's server), so syncing with it runs in a background thread."""
         self.grpc.start()
-        logger.info("FASER control service on %s:%d (engine %s)", self.settings.host, self.port,
-                    self.settings.engine_url)
+        logger.info("FASER control service on %s:%d (engines %s)", self.settings.host, self.port,
+                    self.settings.engines)
         threading.Thread(target=self._sync_when_ready, name="faser-control-sync", daemon=True).start()
         return self
 
     def _sync_when_ready(self) -> None:
-        """Poll every second until the engine answers and the sync succeeds, then report SERVING. Each reason to
-        keep waiting is logged when it first appears, not every second."""
+        """Poll every second until a replica answers and the sync succeeds, then report SERVING; from then on,
+        every second, bring replicas that missed a change (down, or joined since) to the current version. Each
+        reason to keep waiting is logged when it first appears, not every second."""
         reason = None
         while not self._stop.is_set():
             try:
-                if self.store.engine.ready():
-                    self.store.sync()
-                    self._set_health(True)
-                    return
+                if not self.store.synced:
+                    if self.store.engine.ready():
+                        self.store.sync()
+                        self._set_health(True)
+                else:
+                    self.store.reconcile()
             except (EngineUnavailable, NoFaserWorker) as exc:
                 if str(exc) != reason:
                     reason = str(exc)
-                    logger.warning("FASER control: not in sync with the engine yet: %s", reason)
-            except Exception:  # keep trying: the service must come up whatever the engine does meanwhile
-                logger.exception("FASER control: syncing with the engine failed; retrying")
+                    logger.warning("FASER control: not in sync with the fleet yet: %s", reason)
+            except Exception:  # keep trying: the service must stay up whatever the engines do meanwhile
+                logger.exception("FASER control: syncing with the fleet failed; retrying")
             self._stop.wait(1.0)
 
     def stop(self, grace: float = 1.0) -> None:
@@ -117,7 +130,9 @@ class ControlServer:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m control.server", description=__doc__.splitlines()[0])
-    parser.add_argument("--engine-url", required=True, help="the sglang-faser HTTP server, e.g. http://127.0.0.1:30000")
+    parser.add_argument("--engine-url", action="append", default=[],
+                        help="an sglang-faser HTTP server, e.g. http://127.0.0.1:30000 (repeat for several)")
+    parser.add_argument("--router-url", help="an SGLang router (sglang-router): follow its worker list")
     parser.add_argument("--host", default=DEFAULT_HOST)
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     parser.add_argument("--policy-file")
@@ -128,11 +143,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine-api-key", help="the engine's --api-key, if it has one")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(name)s: %(message)s")
-    settings = ControlSettings(args.engine_url, args.host, args.port, args.policy_file, args.tls_cert, args.tls_key,
-                               args.token_file, args.insecure, args.engine_api_key)
+    settings = ControlSettings(args.engine_url, args.router_url, args.host, args.port, args.policy_file,
+                               args.tls_cert, args.tls_key, args.token_file, args.insecure, args.engine_api_key)
     try:
         server = ControlServer(settings).start()
-    except (ValueError, OSError, RuntimeError) as exc:
+    except (FleetError, ValueError, OSError, RuntimeError) as exc:
         print(f"control.server: {exc}", file=sys.stderr)
         return 2
     done = threading.Event()

@@ -7,7 +7,7 @@ import time
 
 import grpc
 
-from control.convert import changes_from_wire, policy_to_wire, telemetry_to_wire
+from control.convert import changes_from_wire, policy_to_wire, replicas_to_wire, telemetry_to_wire
 from control.engine_client import EngineUnavailable, NoFaserWorker
 from control.faser.v1 import control_pb2 as pb
 from control.faser.v1 import control_pb2_grpc as pb_grpc
@@ -25,7 +25,11 @@ class FaserControlService(pb_grpc.FaserControlServicer):
 
     def GetPolicy(self, request, context):
         config, version = self.store.get()
-        return pb.PolicyReply(policy=policy_to_wire(config), version=version, applied=self.store.synced)
+        return self._reply(config, version)
+
+    def _reply(self, config, version: int) -> pb.PolicyReply:
+        return pb.PolicyReply(policy=policy_to_wire(config), version=version, applied=self.store.applied(),
+                              replicas=replicas_to_wire(self.store.engine.rows()))
 
     def SetPolicy(self, request, context):
         try:
@@ -39,7 +43,7 @@ class FaserControlService(pb_grpc.FaserControlServicer):
             context.abort(grpc.StatusCode.UNAVAILABLE, f"policy not changed: {exc}")
         except NoFaserWorker as exc:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"policy not changed: {exc}")
-        return pb.PolicyReply(policy=policy_to_wire(config), version=version, applied=True)
+        return self._reply(config, version)
 
     def GetTelemetry(self, request, context):
         return self._telemetry(context)

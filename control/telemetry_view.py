@@ -24,6 +24,8 @@ def to_json_dict(message) -> dict:
         value = getattr(message, field.name)
         if field.message_type is not None and not repeated:
             data[field.name] = to_json_dict(value)
+        elif field.message_type is not None:
+            data[field.name] = [to_json_dict(v) for v in value]
         elif repeated:
             data[field.name] = [None if isinstance(v, float) and math.isnan(v) else v for v in value]
         else:
@@ -40,7 +42,22 @@ def policy_dict(policy: pb.Policy) -> dict:
     return data
 
 
-def render(telemetry: pb.Telemetry) -> Group:
+def replica_table(replicas, telemetry: bool = False) -> Table:
+    """A row per replica: URL, health, the version in force (per rank when they differ), what is wrong."""
+    table = Table(title="replicas")
+    for name in ("url", "health", "version", "ranks") + (("tokens/s", "steps", "batch", "verify share")
+                                                           if telemetry else ()) + ("error",):
+        table.add_column(name)
+    for r in replicas:
+        ranks = " ".join(str(v) for v in r.rank_versions) or "-"
+        extra = ((f"{r.window.committed_tokens_per_s:.1f}", str(r.window.steps), f"{r.window.mean_batch_size:.2f}",
+                  f"{r.window.shares.verify:.1%}") if telemetry else ())
+        table.add_row(r.url, "reachable" if r.reachable else "UNREACHABLE", str(r.version) if r.reachable else "-",
+                      ranks, *extra, r.error or "")
+    return table
+
+
+def render(telemetry: pb.Telemetry, per_replica: bool = False) -> Group:
     head = Table.grid(padding=(0, 2))
     head.add_row("policy", f"v{telemetry.policy_version} {policy_dict(telemetry.policy)}")
     head.add_row("paths", f"verify={telemetry.verify_path} draft={telemetry.draft_path} ranks={telemetry.ranks}")
@@ -59,7 +76,10 @@ def render(telemetry: pb.Telemetry) -> Group:
     table.add_row("acceptance by position", *(_acceptance(s) for s in spans))
     table.add_row("length histogram", *(" ".join(f"{k}:{n}" for k, n in enumerate(s.length_histogram) if n)
                                         for s in spans))
-    return Group(head, table, _model_grid(telemetry.model))
+    parts = [head, table, _model_grid(telemetry.model)]
+    if per_replica:
+        parts.append(replica_table(telemetry.replicas, telemetry=True))
+    return Group(*parts)
 
 
 def _model_grid(model: pb.PolicyModel) -> Table:

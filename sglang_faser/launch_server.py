@@ -122,7 +122,7 @@ def _start_control(flags: ControlFlags, server_args):
 
     host = server_args.host if server_args.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
     settings = ControlSettings(
-        engine_url=f"http://{host}:{server_args.port}", host=flags.host, port=flags.port,
+        engine_urls=[f"http://{host}:{server_args.port}"], host=flags.host, port=flags.port,
         policy_file=flags.policy_file, tls_cert=flags.tls_cert, tls_key=flags.tls_key,
         token_file=flags.token_file, insecure=flags.insecure,
         engine_api_key=getattr(server_args, "admin_api_key", None) or getattr(server_args, "api_key", None),

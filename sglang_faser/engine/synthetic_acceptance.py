@@ -10,8 +10,8 @@ normally; **the outputs are not the model's**.
 
 Off unless ``SGLANG_FASER_SYNTHETIC_ACCEPTANCE`` is set (``benchmarks/serve_bench.py --synthetic-acceptance``
 sets it); the plugin then installs :func:`around_eagle_sample` and logs a warning in every scheduler. Chain drafts
-only (``--speculative-eagle-topk 1``). Meant for SGLang's one-pass verify (GPU backends): with FASER's CPU frontier
-passes, early pruning still follows the real tokens, so rows it skipped may be "accepted" here with KV never
+only (``--speculative-eagle-topk 1``). Meant for SGLang's single-pass verify (GPU backends): with FASER's ragged
+frontier passes, early pruning still follows the real tokens, so rows it skipped may be "accepted" here with KV never
 computed, which only a synthetic run can tolerate. Parsing and the draws are plain Python/numpy, tested without an
 engine.
 """

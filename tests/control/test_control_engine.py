@@ -109,7 +109,7 @@ def test_table_watch_and_status(control_server):
     assert "share verify" in table and "tokens proposed" in table and "verify cost ms" in table
     watched = faserctl(target, "telemetry", "--json", "--watch", "--interval", "0.2", "--count", "3").stdout
     assert len([json.loads(line) for line in watched.splitlines()]) == 3
-    status = json.loads(faserctl(target, "status").stdout)
+    status = json.loads(faserctl(target, "status", "--output", "json").stdout)
     assert status["health"] == "SERVING" and status["in_sync_with_engine"] is True
 
 
@@ -123,7 +123,7 @@ def test_counters_reach_prometheus(control_server):
 
 def test_bad_values_are_refused_with_the_field_and_bounds(control_server):
     target = control_server.control_target
-    before = json.loads(faserctl(target, "get-policy").stdout)
+    before = json.loads(faserctl(target, "get-policy", "--output", "json").stdout)
     for args, field in ((["--max-len", "100"], "max_len"), (["--frontier-size", "-1"], "frontier_size"),
                         (["--min-len", "5", "--max-len", "3"], "max_len"), (["--request-rate", "0"], "request_rate")):
         proc = faserctl(target, "set-policy", *args, check=False)
@@ -131,7 +131,7 @@ def test_bad_values_are_refused_with_the_field_and_bounds(control_server):
         assert proc.stderr.startswith("faserctl: INVALID_ARGUMENT: " + field), proc.stderr
         assert "]" in proc.stderr  # the bounds are named
         assert len(proc.stderr.strip().splitlines()) == 1
-    assert json.loads(faserctl(target, "get-policy").stdout) == before  # the running policy is untouched
+    assert json.loads(faserctl(target, "get-policy", "--output", "json").stdout) == before  # the running policy is untouched
     bad_mode = faserctl(target, "set-policy", "--mode", "turbo", check=False)
     assert bad_mode.returncode == 2 and "invalid choice" in bad_mode.stderr
     unreachable = faserctl("127.0.0.1:1", "--timeout", "2", "get-policy", check=False)

@@ -148,7 +148,7 @@ def test_killing_the_control_service_leaves_the_engine_serving_and_a_restart_res
     restarted = ControlProcess(control_server.url, "--policy-file", str(policy_file))
     try:
         wait_for_sync(restarted.target)
-        resumed = json.loads(faserctl(restarted.target, "get-policy").stdout)
+        resumed = json.loads(faserctl(restarted.target, "get-policy", "--output", "json").stdout)
         assert resumed["version"] == set_reply["version"]
         assert resumed["policy"]["max_len"] == 1 and resumed["policy"]["frontier_size"] == 1
         engine_view = json.loads(faserctl(restarted.target, "telemetry", "--json").stdout)

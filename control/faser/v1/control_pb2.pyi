@@ -56,15 +56,33 @@ class SetPolicyRequest(_message.Message):
     policy: Policy
     def __init__(self, policy: _Optional[_Union[Policy, _Mapping]] = ...) -> None: ...
 
+class ReplicaStatus(_message.Message):
+    __slots__ = ("url", "reachable", "version", "rank_versions", "error", "window")
+    URL_FIELD_NUMBER: _ClassVar[int]
+    REACHABLE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    RANK_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    reachable: bool
+    version: int
+    rank_versions: _containers.RepeatedScalarFieldContainer[int]
+    error: str
+    window: Span
+    def __init__(self, url: _Optional[str] = ..., reachable: _Optional[bool] = ..., version: _Optional[int] = ..., rank_versions: _Optional[_Iterable[int]] = ..., error: _Optional[str] = ..., window: _Optional[_Union[Span, _Mapping]] = ...) -> None: ...
+
 class PolicyReply(_message.Message):
-    __slots__ = ("policy", "version", "applied")
+    __slots__ = ("policy", "version", "applied", "replicas")
     POLICY_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     APPLIED_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
     policy: Policy
     version: int
     applied: bool
-    def __init__(self, policy: _Optional[_Union[Policy, _Mapping]] = ..., version: _Optional[int] = ..., applied: _Optional[bool] = ...) -> None: ...
+    replicas: _containers.RepeatedCompositeFieldContainer[ReplicaStatus]
+    def __init__(self, policy: _Optional[_Union[Policy, _Mapping]] = ..., version: _Optional[int] = ..., applied: _Optional[bool] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ...) -> None: ...
 
 class PhaseShares(_message.Message):
     __slots__ = ("draft", "verify", "draft_extend", "prefill", "overlap", "idle", "schedule")
@@ -137,7 +155,7 @@ class PolicyModel(_message.Message):
     def __init__(self, verify_coef: _Optional[_Iterable[float]] = ..., draft_coef: _Optional[_Iterable[float]] = ..., verify_mape: _Optional[float] = ..., draft_mape: _Optional[float] = ..., accept_by_position: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class Telemetry(_message.Message):
-    __slots__ = ("timestamp", "policy_version", "policy", "window", "total", "window_seconds", "verify_path", "draft_path", "ranks", "model")
+    __slots__ = ("timestamp", "policy_version", "policy", "window", "total", "window_seconds", "verify_path", "draft_path", "ranks", "model", "replicas")
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
@@ -148,6 +166,7 @@ class Telemetry(_message.Message):
     DRAFT_PATH_FIELD_NUMBER: _ClassVar[int]
     RANKS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
     timestamp: float
     policy_version: int
     policy: Policy
@@ -158,7 +177,8 @@ class Telemetry(_message.Message):
     draft_path: str
     ranks: int
     model: PolicyModel
-    def __init__(self, timestamp: _Optional[float] = ..., policy_version: _Optional[int] = ..., policy: _Optional[_Union[Policy, _Mapping]] = ..., window: _Optional[_Union[Span, _Mapping]] = ..., total: _Optional[_Union[Span, _Mapping]] = ..., window_seconds: _Optional[float] = ..., verify_path: _Optional[str] = ..., draft_path: _Optional[str] = ..., ranks: _Optional[int] = ..., model: _Optional[_Union[PolicyModel, _Mapping]] = ...) -> None: ...
+    replicas: _containers.RepeatedCompositeFieldContainer[ReplicaStatus]
+    def __init__(self, timestamp: _Optional[float] = ..., policy_version: _Optional[int] = ..., policy: _Optional[_Union[Policy, _Mapping]] = ..., window: _Optional[_Union[Span, _Mapping]] = ..., total: _Optional[_Union[Span, _Mapping]] = ..., window_seconds: _Optional[float] = ..., verify_path: _Optional[str] = ..., draft_path: _Optional[str] = ..., ranks: _Optional[int] = ..., model: _Optional[_Union[PolicyModel, _Mapping]] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ...) -> None: ...
 
 class GetTelemetryRequest(_message.Message):
     __slots__ = ()
