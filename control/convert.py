@@ -85,15 +85,16 @@ def telemetry_to_wire(report: dict, timestamp: float) -> pb.Telemetry:
         draft_path=report.get("draft_path", ""),
         ranks=int(report.get("ranks", 1)),
         model=_model(report.get("model")),
-        replicas=replicas_to_wire(report.get("replicas", [])),
+        replicas=replicas_to_wire(report.get("replicas", []), with_window=True),
     )
 
 
-def replicas_to_wire(rows: list[dict]) -> list[pb.ReplicaStatus]:
-    """``control/fleet.py`` ``Fleet.rows()`` as wire messages."""
+def replicas_to_wire(rows: list[dict], with_window: bool = False) -> list[pb.ReplicaStatus]:
+    """``control/fleet.py`` ``Fleet.rows()`` as wire messages; each replica's window telemetry only for Telemetry
+    (a PolicyReply describes the policy, and stays equal while nothing changes)."""
     return [pb.ReplicaStatus(url=row["url"], reachable=row["reachable"], version=row["version"] or 0,
                              rank_versions=row["rank_versions"], error=row["error"],
-                             window=_span(row["window"]) if row.get("window") else None)
+                             window=_span(row["window"]) if with_window and row.get("window") else None)
             for row in rows]
 
 
