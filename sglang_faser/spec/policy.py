@@ -67,10 +67,15 @@ def evaluate(
     survival = np.cumprod(accept_probs, axis=1)
     cols = np.arange(accept_probs.shape[1])[None, :]
     tokens = batch + float(np.where(cols < lengths[:, None], survival, 0.0).sum())
-    depth = int(lengths.max(initial=0))
-    verify = batch * (depth + 1) if uniform else batch + int(lengths.sum())
-    ms = float(cost.step_ms(batch, verify, depth, cost.plan_rows(lengths)))
-    return tokens, ms
+    return tokens, float(plan_ms(cost, batch, lengths, uniform))
+
+
+def plan_ms(cost: StepCostModel, batch: int, lengths: np.ndarray, uniform: bool = False) -> np.ndarray:
+    """Modelled step time of each plan (rows of ``lengths``) at the depth it runs (its deepest length)."""
+    depth = lengths.max(axis=-1, initial=0)
+    verify = batch * (depth + 1) if uniform else batch + lengths.sum(axis=-1)
+    rows = np.maximum(lengths - 1, 0).sum(axis=-1) if cost.draft_cut else None
+    return cost.step_ms(batch, verify, depth, rows)
 
 
 class FixedPolicy(LengthPolicy):
@@ -106,7 +111,7 @@ class GoodputPolicy(LengthPolicy):
             return self._uniform(gain, caps, min_lens, cost, batch, width)
         lengths = self._dinkelbach(gain, caps, min_lens, cost, batch, width)
         tokens = float(gain[np.arange(batch), lengths].sum())
-        return StepPlan(lengths, tokens, float(self._ms(cost, batch, lengths)))
+        return StepPlan(lengths, tokens, float(plan_ms(cost, batch, lengths)))
 
     def _dinkelbach(self, gain, caps, min_lens, cost, batch: int, width: int) -> np.ndarray:
         """The exact optimum for every depth cap D = 0..K at once, then the best D.
@@ -146,23 +151,15 @@ class GoodputPolicy(LengthPolicy):
             choice = np.where(rose[:, None], best, choice)
             ratio = np.where(rose, new, ratio)
         # score each cap's plan at the depth it really runs (its deepest length) and keep the best
-        score = np.where(feasible, tokens_of(choice) / np.maximum(self._ms(cost, batch, choice), 1e-9), -np.inf)
+        score = np.where(feasible, tokens_of(choice) / np.maximum(plan_ms(cost, batch, choice), 1e-9), -np.inf)
         return choice[int(np.argmax(score))].astype(np.int64)
 
     def _uniform(self, gain, caps, min_lens, cost, batch: int, width: int) -> StepPlan:
         lengths = np.clip(np.arange(width + 1)[:, None], min_lens[None, :], caps[None, :])  # [K + 1, B]
         tokens = gain[np.arange(batch)[None, :], lengths].sum(axis=1)
-        ms = self._ms(cost, batch, lengths, uniform=True)
+        ms = plan_ms(cost, batch, lengths, uniform=True)
         best = int(np.argmax(tokens / np.maximum(ms, 1e-9)))
         return StepPlan(lengths[best].astype(np.int64), float(tokens[best]), float(ms[best]))
-
-    @staticmethod
-    def _ms(cost, batch: int, lengths: np.ndarray, uniform: bool = False) -> np.ndarray:
-        """Modelled step time of each plan (rows of ``lengths``) at the depth it runs."""
-        depth = lengths.max(axis=-1)
-        verify = batch * (depth + 1) if uniform else batch + lengths.sum(axis=-1)
-        rows = np.maximum(lengths - 1, 0).sum(axis=-1) if cost.draft_cut else None
-        return cost.step_ms(batch, verify, depth, rows)
 
 
 def make_policy(mode: str, fixed_len: int) -> LengthPolicy:
