@@ -13,7 +13,8 @@ eagle_worker_v2.py:1416) and changes only how much work each does:
   passes in SGLang's ``RaggedVerifyLayout`` (``verify.py``) where the backend supports it; elsewhere SGLang's
   single pass runs and every request gets the same length (a cut chain there would only lose tokens);
 * **commit**: SGLang samples, accepts and commits; the scheduler is told the new lengths; the draft-extend
-  brings the draft's state up to date;
+  brings the draft's state up to date, except after a step without drafts (every k_i = 0), which costs a plain
+  decode: its rows wait in the draft backlog until a step drafts again and catches up in one pass;
 * **record**: measured phase times feed the cost model and telemetry; acceptance arrives later, through
   ``observe`` (SGLang's ``on_verify_complete_cpu``), matched to this step by the controller's decision queue.
 
@@ -31,6 +32,7 @@ import numpy as np
 
 from sglang_faser.engine import touchpoints as sgl
 from sglang_faser.engine.depth_tiers import DepthTiers
+from sglang_faser.engine.draft_backlog import DraftBacklog
 from sglang_faser.engine.draft_cut import DraftCut, DraftSchedule
 from sglang_faser.engine.metrics import FaserMetrics
 from sglang_faser.engine.pipeline import FrontierPipeline
@@ -53,6 +55,7 @@ class FaserEngine:
         self.config = FaserConfig.from_env()
         self.controller = LengthController(self.config, window=self.window, calibration_sweeps=2)
         self.tiers: DepthTiers | None = None
+        self.backlog = DraftBacklog()
         if topk == 1:
             tiers = DepthTiers(self.window)
             if device == "cpu" and not sgl.decode_graphs_disabled():
@@ -102,6 +105,7 @@ class FaserEngine:
         if decision.depth == 0:
             verify_input, cut = sgl.plain_decode_input(self.worker, batch), DraftCut(DraftSchedule([]), 0)
         else:
+            self._catch_up(batch, view)
             schedule = (FrontierPipeline(verifier, decision.lengths, self.config.overlap, self.worker, batch)
                         if verifier is not None and len(verifier.bounds) > 1 else DraftSchedule(decision.lengths))
             cut = DraftCut(schedule, decision.depth)
@@ -121,9 +125,14 @@ class FaserEngine:
         verify_ended = time.perf_counter()
         phases.append(("verify", verify_began, verify_ended))
 
-        # commit: the scheduler learns the new lengths, the draft catches up on the accepted tokens
+        # commit: the scheduler learns the new lengths, the draft catches up on the accepted tokens (after a step
+        # without drafts, only when a later step drafts again: such a step costs a plain decode)
         sgl.publish(on_publish, result)
-        sgl.draft_extend(self.worker, batch, result, verify_input, decision.depth)
+        if decision.depth == 0:
+            self.backlog.record(view.rids, *sgl.skip_draft_extend(self.worker, batch, result, verify_input))
+            self.controller.counters.skipped_extends += 1
+        else:
+            sgl.draft_extend(self.worker, batch, result, verify_input)
         ended = time.perf_counter()
         phases.append(("draft_extend", verify_ended, ended))
         sgl.set_cap_lens(result, decision.lengths)
@@ -132,6 +141,13 @@ class FaserEngine:
         self._record(decision, cut, verifier, phases, began, verify_began, verify_ended, ended, host_ms)
         self._last = (ended, frozenset(view.rids), True)
         return result
+
+    def _catch_up(self, batch, view) -> None:
+        """The draft state of requests that went through steps without drafts, caught up in one pass."""
+        catch_up = self.backlog.take(view.rids)
+        if catch_up is not None:
+            sgl.catch_up_draft(self.worker, batch, catch_up)
+            self.controller.counters.catch_up_rows += len(catch_up.tokens)
 
     # -- decide ----------------------------------------------------------------------------------------------
     def _start_up(self) -> None:
@@ -220,6 +236,7 @@ class FaserEngine:
 
     def forget(self, rid: str) -> None:
         self.controller.forget(rid)
+        self.backlog.forget(rid)
 
     def apply_policy(self, config: FaserConfig, version: int) -> None:
         """A new policy, taken between two scheduler steps; requests in flight get new lengths next step."""

@@ -242,7 +242,10 @@ SGLANG_NAMES = frozenset({
     "spec_algorithm", "spec_info", "speculative_num_steps", "target_worker", "topk", "tree_topk",
     "adaptive_controller", "_draft_worker", "activate_step_by_batch", "forward_batch_generation",
     "_draft_extend_for_decode", "_build_trivial_verify_input", "tp_group", "tp_size", "new_seq_lens",
-    "accept_lens", "kv_loc_plan",
+    "accept_lens", "kv_loc_plan", "_stub_skipped_draft_extend", "_draft_extend_for_prefill", "speculative_algorithm",
+    "topk_p", "topk_index", "req_pool_indices_cpu", "orig_seq_lens", "prefix_lens", "extend_lens",
+    "extend_logprob_start_lens", "extend_num_tokens", "return_logprob", "has_grammar", "chunked_req",
+    "chunked_req_next_prompt_token", "multimodal_inputs", "input_embeds", "decoding_reqs", "seq_lens_sum",
 })
 
 
@@ -354,15 +357,72 @@ def publish(on_publish, result) -> None:
         on_publish(result.new_seq_lens)
 
 
-def draft_extend(worker, batch, result, verify_input, depth: int) -> None:
-    """SGLang's draft-extend over the verify window (stubbed at depth 0 when SGLang's skip flag is on)."""
-    from sglang.srt.environ import envs
-
-    if depth == 0 and envs.SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND.get():
-        worker._stub_skipped_draft_extend(batch, result)
-        return
+def draft_extend(worker, batch, result, verify_input) -> None:
+    """SGLang's draft-extend over the verify window (``_draft_extend_for_decode``)."""
     with _draft_contexts(worker, "draft_extend"):
         worker.draft_worker._draft_extend_for_decode(batch, result, kv_loc_plan=verify_input.kv_loc_plan)
+
+
+# -- k = 0 steps: no draft-extend, then one catch-up pass (engine/draft_backlog.py) ----------------------------
+def skip_draft_extend(worker, batch, result, verify_input):
+    """Skip the draft-extend of a step that verified one row per request (SGLang's ``_stub_skipped_draft_extend``
+    fills shape-valid stubs); returns the rows it would have consumed, for the catch-up: the token each request
+    verified and, for EAGLE, the target's feature there (cloned: under graph replay it lives in a graph buffer)."""
+    worker._stub_skipped_draft_extend(batch, result)
+    features = None
+    if not worker.speculative_algorithm.is_standalone():
+        features = result.logits_output.hidden_states.clone()
+    return verify_input.draft_token.clone(), features
+
+
+def catch_up_draft(worker, batch, catch_up) -> None:
+    """One batched draft extend over every member's skipped positions, then its draft state in ``batch.spec_info``.
+
+    Member i's rows are positions ``seq_len - n_i .. seq_len - 1`` holding the skipped tokens; SGLang's prefill
+    draft-extend (``_draft_extend_for_prefill``) runs them as an extend of a sub-batch, shifting the tokens by one
+    with the current bonus token as the tail, exactly as after a prefill. Its next-token guess and hidden state
+    replace the stubs the skipped steps left."""
+    import copy
+
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    spec = batch.spec_info
+    device = batch.seq_lens.device
+    index = torch.tensor(catch_up.members, dtype=torch.long, device=device)
+    counts = torch.tensor(catch_up.counts, dtype=torch.long, device=device)
+    seq_lens = batch.seq_lens[index]
+    seq_lens_cpu = seq_lens.cpu()
+    offsets = torch.cumsum(counts, 0) - counts  # where each member's rows begin in the catch-up
+    positions = torch.arange(int(counts.sum()), device=device) + torch.repeat_interleave(seq_lens - counts - offsets,
+                                                                                         counts)
+    pools = batch.req_pool_indices[index]
+    sub = copy.copy(batch)
+    sub.reqs = [batch.reqs[i] for i in catch_up.members]
+    sub.forward_mode = ForwardMode.EXTEND
+    sub.req_pool_indices = pools
+    sub.req_pool_indices_cpu = pools.cpu()
+    sub.seq_lens, sub.seq_lens_cpu, sub.seq_lens_sum = seq_lens, seq_lens_cpu, int(seq_lens_cpu.sum())
+    sub.orig_seq_lens = None if batch.orig_seq_lens is None else batch.orig_seq_lens[index]
+    sub.input_ids = catch_up.tokens.to(torch.int64)
+    sub.out_cache_loc = batch.req_to_token_pool.req_to_token[torch.repeat_interleave(pools, counts), positions]
+    sub.out_cache_loc = sub.out_cache_loc.to(torch.int64)
+    sub.prefix_lens = (seq_lens_cpu - counts.cpu()).tolist()
+    sub.extend_lens = list(catch_up.counts)
+    sub.extend_logprob_start_lens = [0] * len(catch_up.members)
+    sub.extend_num_tokens = int(sum(catch_up.counts))
+    sub.return_logprob, sub.has_grammar, sub.sampling_info = False, False, None
+    sub.chunked_req, sub.chunked_req_next_prompt_token = None, None
+    sub.multimodal_inputs, sub.input_embeds, sub.decoding_reqs = None, None, None
+    sub.is_extend_in_batch = False
+    with _draft_contexts(worker, "draft_extend"):
+        state = worker.draft_worker._draft_extend_for_prefill(sub, catch_up.features, spec.bonus_tokens[index])
+    for name in ("topk_p", "topk_index", "hidden_states"):
+        new, old = getattr(state, name), getattr(spec, name)
+        if new is not None and old is not None:
+            old = old.clone()
+            old[index] = new.to(old.dtype)
+            setattr(spec, name, old)
 
 
 def _draft_contexts(worker, stage: str):

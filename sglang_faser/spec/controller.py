@@ -55,6 +55,8 @@ class LengthCounters:
     draft_skipped: int = 0  # draft rows not computed because the request's k_i was already reached
     accepted: int = 0  # draft tokens accepted
     committed: int = 0  # tokens committed (accepted + one bonus/correction per request-step)
+    skipped_extends: int = 0  # steps without drafts whose draft-extend was skipped (the draft caught up later)
+    catch_up_rows: int = 0  # draft rows computed to catch up after such steps
     unobserved: int = 0  # decided steps dropped unobserved because MAX_PENDING_STEPS were already waiting
     length_histogram: list[int] = field(default_factory=list)
     proposed_by_position: list[int] = field(default_factory=list)  # [j]: drafts proposed at position j + 1

@@ -1,0 +1,46 @@
+"""The draft backlog's bookkeeping: rows per request in position order, capped, dropped when a request leaves."""
+
+from __future__ import annotations
+
+import torch
+
+from sglang_faser.engine.draft_backlog import DraftBacklog
+
+
+def _step(backlog, rids, base):
+    tokens = torch.tensor([base + i for i in range(len(rids))])
+    backlog.record(rids, tokens, tokens.float()[:, None].repeat(1, 2))
+
+
+def test_take_returns_each_members_rows_in_position_order_and_empties_the_backlog():
+    backlog = DraftBacklog()
+    _step(backlog, ["a", "b"], 100)
+    _step(backlog, ["b", "a", "c"], 200)  # c joined (after its prefill), the batch order changed
+    _step(backlog, ["a", "b", "c"], 300)
+    got = backlog.take(["c", "x", "a", "b"])
+    assert got.members == [0, 2, 3] and got.counts == [2, 3, 3]
+    assert got.tokens.tolist() == [202, 302, 100, 201, 300, 101, 200, 301]
+    assert got.features[:, 0].tolist() == [float(t) for t in got.tokens.tolist()]
+    assert backlog.take(["a"]) is None and len(backlog) == 0
+
+
+def test_a_request_missing_from_a_step_loses_its_backlog():
+    backlog = DraftBacklog()
+    _step(backlog, ["a", "b"], 100)
+    _step(backlog, ["b"], 200)  # a finished or was retracted
+    got = backlog.take(["a", "b"])
+    assert got.members == [1] and got.tokens.tolist() == [101, 200]
+
+
+def test_only_the_last_limit_rows_are_kept():
+    backlog = DraftBacklog(limit=3)
+    for step in range(5):
+        _step(backlog, ["a"], 100 * step)
+    got = backlog.take(["a"])
+    assert got.counts == [3] and got.tokens.tolist() == [200, 300, 400]
+
+
+def test_standalone_rows_carry_no_features():
+    backlog = DraftBacklog()
+    backlog.record(["a"], torch.tensor([5]), None)
+    assert backlog.take(["a"]).features is None
