@@ -426,3 +426,22 @@ def test_registered_ops_called_like_intel_amx_backend():
         logit_cap=logit_cap,
     )
     torch.testing.assert_close(o.view(-1, tp_q_head_num, v_head_dim).double(), ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("mask", ["causal", "qlen_only", "qlen_only_hidden"])
+def test_extend_one_row_per_request_matches_naive(mask):
+    """Verify of one row per request (a step without drafts) runs batched; a 1x1 tree that hides the row itself
+    must still take the masked path."""
+    _, k_buf, v_buf, req_to_token = _setup(3, 16, 48, 2, seed=7)
+    pools, seq_lens = [2, 0, 1], [9, 3, 14]
+    q = torch.randn(3, 4, D)
+    hidden = mask == "qlen_only_hidden"
+    tree_mask = None if mask == "causal" else torch.tensor([True, not hidden, True])
+    o, starts = _extend(q, k_buf, v_buf, req_to_token, pools, seq_lens, [1, 1, 1], tree_mask=tree_mask)
+
+    def visible(b, j, pos):  # with the hidden 1x1 tree, the middle request's row sees its prefix only
+        return not hidden or b != 1 or pos < seq_lens[b] - 1
+
+    ref = _naive(q, k_buf, v_buf, req_to_token, pools, seq_lens, starts, [1, 1, 1], visible, sm_scale=SM_SCALE,
+                 logit_cap=0.0)
+    torch.testing.assert_close(o.double(), ref, atol=1e-5, rtol=1e-5)

@@ -65,6 +65,43 @@ def _attend(
     return torch.einsum("hml,hld->mhd", probs, v)
 
 
+def _attend_one_row_each(
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    key_scale: float,
+    value_scale: float,
+    req_to_token: torch.Tensor,
+    pools: torch.Tensor,
+    seq_lens: torch.Tensor,
+    sm_scale: float,
+    logit_cap: float,
+) -> torch.Tensor:
+    """One query row per request that sees all of its ``seq_lens[b]`` keys (decode, and verify of one row), for
+    the whole batch at once: keys padded to the longest request and masked. Returns float32 ``[B, H, Dv]``."""
+    bs, num_heads = query.shape[0], query.shape[1]
+    longest = int(seq_lens.max())
+    slots = req_to_token[pools, :longest].to(torch.int64)  # [B, L]; past a request's length: padding, masked
+    present = torch.arange(longest)[None, :] < seq_lens[:, None]
+    slots = torch.where(present, slots, 0)
+    k = k_cache[slots].to(torch.float32)  # [B, L, H_kv, D]
+    v = v_cache[slots].to(torch.float32)
+    if key_scale != 1.0:
+        k = k * key_scale
+    if value_scale != 1.0:
+        v = v * value_scale
+    group = num_heads // k.shape[2]
+    if group * k.shape[2] != num_heads:
+        raise ValueError(f"query heads {num_heads} are not a multiple of KV heads {k.shape[2]}")
+    q = query.to(torch.float32).view(bs, k.shape[2], group, -1)  # query head h uses KV head h // group
+    scores = torch.einsum("bkgd,blkd->bkgl", q, k) * sm_scale
+    if logit_cap > 0:
+        scores = logit_cap * torch.tanh(scores / logit_cap)
+    scores = scores.masked_fill(~present[:, None, None, :], float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    return torch.einsum("bkgl,blkd->bkgd", probs, v).reshape(bs, num_heads, -1)
+
+
 def decode_attention_cpu(
     query: torch.Tensor,
     k_cache: torch.Tensor,
@@ -101,15 +138,13 @@ def decode_attention_cpu(
     if value is not None:
         v_cache[slots] = value.reshape(-1, *v_cache.shape[1:]).to(v_cache.dtype)
 
-    num_heads = query.shape[1]
-    lens = seq_lens.reshape(-1).tolist()
-    pools = req_pool_indices.reshape(-1).tolist()
-    for b, (pool, seq_len) in enumerate(zip(pools, lens)):
-        kv_slots = req_to_token[int(pool), : int(seq_len)].to(torch.int64)
-        k = _gather_kv(k_cache, kv_slots, key_scale, num_heads)
-        v = _gather_kv(v_cache, kv_slots, value_scale, num_heads)
-        out = _attend(query[b : b + 1], k, v, None, sm_scale, logit_cap)
-        output[b : b + 1] = out.to(output.dtype)
+    bs = query.shape[0]
+    if bs == 0:
+        return
+    out = _attend_one_row_each(query, k_cache, v_cache, key_scale, value_scale, req_to_token,
+                               req_pool_indices.reshape(-1)[:bs].to(torch.int64), seq_lens.reshape(-1)[:bs].to(torch.int64),
+                               sm_scale, logit_cap)
+    output[:bs] = out.to(output.dtype)
 
 
 def _mask_kind(
@@ -194,6 +229,14 @@ def extend_attention_cpu(
     starts = [int(x) for x in extend_start_loc.reshape(-1)[:bs].tolist()]
     pools = [int(x) for x in req_pool_indices.reshape(-1)[:bs].tolist()]
     kind = _mask_kind(tree_mask, is_causal, ext_lens, lens)
+    one_row = kind in (_NO_MASK, _CAUSAL) or (kind == _QLEN_ONLY and bool(tree_mask.all()))
+    if bs and one_row and all(e == 1 for e in ext_lens):  # one row per request that sees every key
+        rows = torch.tensor(starts, dtype=torch.int64)
+        out = _attend_one_row_each(q_extend[rows], k_buffer, v_buffer, key_scale, value_scale, req_to_token,
+                                   torch.tensor(pools, dtype=torch.int64), torch.tensor(lens, dtype=torch.int64),
+                                   sm_scale, logit_cap)
+        o_extend[rows] = out.to(o_extend.dtype)
+        return
     flat_mask = tree_mask.reshape(-1).to(torch.bool) if kind in (_QLEN_ONLY, _FULL) else None
 
     num_heads = q_extend.shape[1]

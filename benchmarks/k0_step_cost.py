@@ -1,0 +1,99 @@
+"""What a step without speculation costs inside a FASER server, against a plain decode step of the same batch.
+
+    python benchmarks/k0_step_cost.py                  # batch sizes 1, 8, 32; 3 alternating repeats
+    python benchmarks/k0_step_cost.py --model-path smollm2
+
+Two servers of the same target: ``no-spec`` (no speculative algorithm) and ``faser-k0`` (the FASER worker with
+every length 0, ``--faser-mode off``: every step is a whole-batch k = 0 step). For each batch size B, B greedy
+requests of ``--new-tokens`` tokens start together; after the first token of every request, decode runs at batch
+B until they finish, so the step time is (time of the decode phase) / (decode steps). The configurations alternate
+within each repeat and the median repeat is reported, with the ratio faser-k0 / no-spec (the goal: <= 1.05).
+Writes ``benchmarks/results/k0_step_cost.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.serve.configs import spec_flags  # noqa: E402
+from sglang_faser.server_process import ServerProcess  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+PROMPT = [1] + list(range(100, 130))  # a fixed 31-token prompt; every request gets a different last token
+
+
+def decode_step_ms(url: str, batch: int, new_tokens: int) -> float:
+    """Mean decode step time at batch ``batch``: from the moment every request has its first token to the end."""
+    first: list[float] = [0.0] * batch
+
+    def one(i: int) -> float:
+        body = {"input_ids": PROMPT + [200 + i], "stream": True,
+                "sampling_params": {"temperature": 0, "max_new_tokens": new_tokens, "ignore_eos": True}}
+        with requests.post(url + "/generate", json=body, stream=True, timeout=600) as response:
+            for line in response.iter_lines():
+                if line.startswith(b"data:") and not first[i]:
+                    first[i] = time.perf_counter()
+        return time.perf_counter()
+
+    with ThreadPoolExecutor(batch) as pool:
+        ends = list(pool.map(one, range(batch)))
+    return (min(ends) - max(first)) * 1e3 / (new_tokens - 1)  # the requests decode in lockstep after one prefill
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32])
+    ap.add_argument("--new-tokens", type=int, default=96)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--algorithm", default="EAGLE")
+    ap.add_argument("--model-path", default=None)
+    ap.add_argument("--out", type=Path, default=RESULTS / "k0_step_cost")
+    args, extra = ap.parse_known_args(argv)
+    model = ["--model-path", args.model_path] if args.model_path else []
+    base = model + ["--faser-control", "off", "--max-total-tokens", "16384", "--sleep-on-idle", *extra]
+    configs = {"no-spec": base, "faser-k0": base + spec_flags(args.algorithm, 3, "--faser-mode", "off")}
+    servers = {name: ServerProcess(flags, log_path=Path(f"/tmp/k0_step_cost-{name}.log"))
+               for name, flags in configs.items()}
+    samples: dict[str, dict[int, list[float]]] = {name: {b: [] for b in args.batch_sizes} for name in configs}
+    try:
+        for server in servers.values():
+            server.start()
+        for repeat in range(args.repeats):
+            order = list(configs) if repeat % 2 == 0 else list(reversed(configs))
+            for batch in args.batch_sizes:
+                for name in order:
+                    ms = decode_step_ms(servers[name].url, batch, args.new_tokens)
+                    samples[name][batch].append(ms)
+                    print(f"repeat {repeat} B={batch:3d} {name:9s} {ms:8.2f} ms/step", flush=True)
+    finally:
+        for server in servers.values():
+            server.stop()
+    rows = []
+    for batch in args.batch_sizes:
+        plain, k0 = (statistics.median(samples[n][batch]) for n in ("no-spec", "faser-k0"))
+        rows.append({"batch": batch, "no_spec_ms": round(plain, 3), "faser_k0_ms": round(k0, 3),
+                     "ratio": round(k0 / plain, 3), "samples": {n: samples[n][batch] for n in configs}})
+    md = ["| batch | no-spec ms/step | faser-k0 ms/step | faser-k0 / no-spec |", "|---|---|---|---|"]
+    md += [f"| {r['batch']} | {r['no_spec_ms']:.2f} | {r['faser_k0_ms']:.2f} | {r['ratio']:.3f} |" for r in rows]
+    print("\n".join(md))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"model": args.model_path or "embedded default", "algorithm": args.algorithm,
+            "new_tokens": args.new_tokens, "repeats": args.repeats, "statistic": "median of alternating repeats"}
+    args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    args.out.with_suffix(".md").write_text("\n".join(md) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
