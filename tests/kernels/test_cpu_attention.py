@@ -7,12 +7,20 @@ import math
 import pytest
 import torch
 
-from sglang_faser.kernels.cpu import register_torch_library_ops
+from sglang_faser.kernels.cpu import attention, register_torch_library_ops
 from sglang_faser.kernels.cpu.attention import decode_attention_cpu, extend_attention_cpu
 
 D, DV = 8, 8
 SM_SCALE = 1.0 / math.sqrt(D)
 NUM_KV_SPLITS = 8  # IntelAMXAttnBackend.num_kv_splits
+
+
+@pytest.fixture(autouse=True, params=["batched", "per-request"])
+def extend_path(request, monkeypatch):
+    """Every test on both extend paths: short extends batched, long ones (prefill) one request at a time."""
+    if request.param == "per-request":
+        monkeypatch.setattr(attention, "BATCHED_MAX_ROWS", 0)
+    return request.param
 
 
 def _naive_row(q_h, keys, values, visible, sm_scale, logit_cap, key_scale=1.0, value_scale=1.0):

@@ -65,8 +65,8 @@ def _attend(
     return torch.einsum("hml,hld->mhd", probs, v)
 
 
-def _attend_one_row_each(
-    query: torch.Tensor,
+def _attend_padded(
+    q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     key_scale: float,
@@ -74,32 +74,35 @@ def _attend_one_row_each(
     req_to_token: torch.Tensor,
     pools: torch.Tensor,
     seq_lens: torch.Tensor,
+    visible: torch.Tensor | None,
     sm_scale: float,
     logit_cap: float,
 ) -> torch.Tensor:
-    """One query row per request that sees all of its ``seq_lens[b]`` keys (decode, and verify of one row), for
-    the whole batch at once: keys padded to the longest request and masked. Returns float32 ``[B, H, Dv]``."""
-    bs, num_heads = query.shape[0], query.shape[1]
+    """Every request's query rows at once: ``q [B, E, H, D]`` (rows padded to the most any request has) over each
+    request's first ``seq_lens[b]`` keys (padded to the longest and masked), ``visible [B, E, L]`` or None
+    (every key of the request). Returns float32 ``[B, E, H, Dv]``; a row that sees no key gets zeros."""
+    bs, rows, num_heads = q.shape[0], q.shape[1], q.shape[2]
     longest = int(seq_lens.max())
-    slots = req_to_token[pools, :longest].to(torch.int64)  # [B, L]; past a request's length: padding, masked
-    present = torch.arange(longest)[None, :] < seq_lens[:, None]
-    slots = torch.where(present, slots, 0)
+    present = torch.arange(longest)[None, :] < seq_lens[:, None]  # [B, L]
+    slots = torch.where(present, req_to_token[pools, :longest].to(torch.int64), 0)
     k = k_cache[slots].to(torch.float32)  # [B, L, H_kv, D]
     v = v_cache[slots].to(torch.float32)
     if key_scale != 1.0:
         k = k * key_scale
     if value_scale != 1.0:
         v = v * value_scale
-    group = num_heads // k.shape[2]
-    if group * k.shape[2] != num_heads:
-        raise ValueError(f"query heads {num_heads} are not a multiple of KV heads {k.shape[2]}")
-    q = query.to(torch.float32).view(bs, k.shape[2], group, -1)  # query head h uses KV head h // group
-    scores = torch.einsum("bkgd,blkd->bkgl", q, k) * sm_scale
+    kv_heads = k.shape[2]
+    group = num_heads // kv_heads
+    if group * kv_heads != num_heads:
+        raise ValueError(f"query heads {num_heads} are not a multiple of KV heads {kv_heads}")
+    qg = q.to(torch.float32).view(bs, rows, kv_heads, group, -1)  # query head h reads KV head h // group
+    scores = torch.einsum("bekgd,blkd->bkgel", qg, k) * sm_scale
     if logit_cap > 0:
         scores = logit_cap * torch.tanh(scores / logit_cap)
-    scores = scores.masked_fill(~present[:, None, None, :], float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
-    return torch.einsum("bkgl,blkd->bkgd", probs, v).reshape(bs, num_heads, -1)
+    seen = present[:, None, :] if visible is None else visible & present[:, None, :]  # [B, E|1, L]
+    scores = scores.masked_fill(~seen[:, None, None], float("-inf"))
+    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return torch.einsum("bkgel,blkd->bekgd", probs, v).reshape(bs, rows, num_heads, -1)
 
 
 def decode_attention_cpu(
@@ -141,10 +144,10 @@ def decode_attention_cpu(
     bs = query.shape[0]
     if bs == 0:
         return
-    out = _attend_one_row_each(query, k_cache, v_cache, key_scale, value_scale, req_to_token,
-                               req_pool_indices.reshape(-1)[:bs].to(torch.int64), seq_lens.reshape(-1)[:bs].to(torch.int64),
-                               sm_scale, logit_cap)
-    output[:bs] = out.to(output.dtype)
+    out = _attend_padded(query[:, None], k_cache, v_cache, key_scale, value_scale, req_to_token,
+                         req_pool_indices.reshape(-1)[:bs].to(torch.int64), seq_lens.reshape(-1)[:bs].to(torch.int64),
+                         None, sm_scale, logit_cap)
+    output[:bs] = out[:, 0].to(output.dtype)
 
 
 def _mask_kind(
@@ -179,6 +182,40 @@ def _visible(
         tree = flat_mask[offset : offset + ext * ext].view(ext, ext)
         return torch.cat([torch.ones(ext, prefix, dtype=torch.bool), tree], dim=1)
     return flat_mask[offset : offset + ext * seq_len].view(ext, seq_len)
+
+
+BATCHED_MAX_ROWS = 16  # longer extends (prefill) loop per request: padding B x E x L scores would not pay
+
+
+def _extend_batched(q_extend, o_extend, k_buffer, v_buffer, key_scale, value_scale, req_to_token, pools, lens,
+                    ext_lens, starts, kind, tree_mask, sm_scale, logit_cap) -> None:
+    """``extend_attention_cpu`` for short extends, all requests in one padded pass (same masks as ``_visible``)."""
+    ext, seq = torch.tensor(ext_lens), torch.tensor(lens)
+    prefix, width, longest = seq - ext, max(ext_lens), max(lens)
+    j = torch.arange(width)
+    row_ok = j[None, :] < ext[:, None]  # [B, E]
+    rows = torch.where(row_ok, torch.tensor(starts)[:, None] + j[None, :], torch.tensor(starts)[:, None])
+    key = torch.arange(longest)[None, None, :]  # [1, 1, L]
+    if kind == _NO_MASK:
+        visible = None
+    elif kind == _CAUSAL:
+        visible = key <= prefix[:, None, None] + j[None, :, None]
+    else:
+        flat = tree_mask.reshape(-1).to(torch.bool)
+        sizes = ext * ext if kind == _QLEN_ONLY else ext * seq
+        offset = (torch.cumsum(sizes, 0) - sizes)[:, None, None]
+        if kind == _QLEN_ONLY:  # [ext, ext] over the new tokens; the prefix stays visible
+            rel = key - prefix[:, None, None]
+            inside = (rel >= 0) & (rel < ext[:, None, None]) & row_ok[:, :, None]
+            idx = offset + j[None, :, None] * ext[:, None, None] + rel
+            visible = (rel < 0) | (inside & flat[torch.where(inside, idx, 0)])
+        else:  # FULL: [ext, prefix + ext]
+            inside = (key < seq[:, None, None]) & row_ok[:, :, None]
+            idx = offset + j[None, :, None] * seq[:, None, None] + key
+            visible = inside & flat[torch.where(inside, idx, 0)]
+    out = _attend_padded(q_extend[rows], k_buffer, v_buffer, key_scale, value_scale, req_to_token,
+                         torch.tensor(pools, dtype=torch.int64), seq, visible, sm_scale, logit_cap)
+    o_extend[rows[row_ok]] = out[row_ok].to(o_extend.dtype)
 
 
 def extend_attention_cpu(
@@ -229,13 +266,9 @@ def extend_attention_cpu(
     starts = [int(x) for x in extend_start_loc.reshape(-1)[:bs].tolist()]
     pools = [int(x) for x in req_pool_indices.reshape(-1)[:bs].tolist()]
     kind = _mask_kind(tree_mask, is_causal, ext_lens, lens)
-    one_row = kind in (_NO_MASK, _CAUSAL) or (kind == _QLEN_ONLY and bool(tree_mask.all()))
-    if bs and one_row and all(e == 1 for e in ext_lens):  # one row per request that sees every key
-        rows = torch.tensor(starts, dtype=torch.int64)
-        out = _attend_one_row_each(q_extend[rows], k_buffer, v_buffer, key_scale, value_scale, req_to_token,
-                                   torch.tensor(pools, dtype=torch.int64), torch.tensor(lens, dtype=torch.int64),
-                                   sm_scale, logit_cap)
-        o_extend[rows] = out.to(o_extend.dtype)
+    if bs and max(ext_lens) <= BATCHED_MAX_ROWS:  # decode-sized work (verify, one-row steps): one batched pass
+        _extend_batched(q_extend, o_extend, k_buffer, v_buffer, key_scale, value_scale, req_to_token, pools, lens,
+                        ext_lens, starts, kind, tree_mask, sm_scale, logit_cap)
         return
     flat_mask = tree_mask.reshape(-1).to(torch.bool) if kind in (_QLEN_ONLY, _FULL) else None
 
