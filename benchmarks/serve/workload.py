@@ -75,8 +75,11 @@ def arrival_times(n: int, rate: float, process: str = "poisson", cv: float = 2.0
 
 
 def build(n: int, rate: float, process: str, max_new_tokens: int, seed: int = 0, cv: float = 2.0,
-          prompt_set: str = "standard") -> list[Request]:
+          prompt_set: str = "standard", template=None) -> list[Request]:
+    """``template``: a function that wraps each prompt (an instruct model's chat template), or None."""
     prompts = mixed_prompts(seed=seed) if prompt_set == "mixed" else load_prompts()
+    if template is not None:
+        prompts = [(kind, template(prompt)) for kind, prompt in prompts]
     rng = np.random.default_rng(seed + 1)
     picks = rng.integers(0, len(prompts), n)
     times = arrival_times(n, rate, process, cv, seed)
