@@ -7,10 +7,12 @@ coefficients:
 
     verify_ms(B, tokens)      = v0 + v_req * B + v_tok * tokens     (one TARGET_VERIFY pass over `tokens` rows;
                                                                     a step verified in frontiers pays v0 per pass)
-    draft_ms(B, steps, rows)  = d0 + d_req * B + d_step * steps + d_row * rows
+    draft_ms(B, steps, rows)  = d0 + d_req * B [steps > 0] + d_step * steps + d_row * rows
 
-The draft side is the rest of the step: d0 + d_req * B is the draft-extend and bookkeeping that run even at
-0 steps, d_step each draft forward's fixed cost, d_row each request drafted in it. Drafting is cut per request
+The draft side is the rest of the step: d0 the scheduler's and our host work of every step, d_req * B the
+draft-extend that keeps the draft current, paid only by steps that draft (a step where every k_i = 0 skips it,
+and the draft catches up when drafting resumes: ``engine/draft_backlog.py``), d_step each draft forward's fixed
+cost, d_row each request drafted in it. Drafting is cut per request
 (``engine/draft_cut.py``): forward s only runs for requests with k_i >= s + 2, so ``rows`` = sum(max(k_i - 1, 0))
 and a request held at k_i = 1 costs no draft row however deep the step goes. Where the cut is not available the
 draft runs every request to the step's depth: ``rows`` = B * (steps - 1) (:func:`full_depth_rows`).
@@ -39,7 +41,7 @@ def _verify_features(batch, tokens) -> np.ndarray:
 
 def _draft_features(batch, steps, rows) -> np.ndarray:
     batch, steps, rows = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (batch, steps, rows)))
-    return np.stack([np.ones_like(batch), batch, steps, rows], axis=-1)
+    return np.stack([np.ones_like(batch), batch * (steps > 0), steps, rows], axis=-1)
 
 
 def full_depth_rows(batch, steps):
@@ -104,7 +106,8 @@ class StepCostModel:
         for ``batch`` requests, plus the draft-extend that keeps the draft current."""
         d0, d_req, d_step, d_row = self.draft_coef
         rows = full_depth_rows(batch, steps) if rows is None else rows
-        return d0 + d_req * np.asarray(batch, dtype=float) + d_step * np.asarray(steps, dtype=float) + d_row * np.asarray(
+        steps = np.asarray(steps, dtype=float)
+        return d0 + d_req * np.asarray(batch, dtype=float) * (steps > 0) + d_step * steps + d_row * np.asarray(
             rows, dtype=float)
 
     def plan_rows(self, lengths: np.ndarray) -> int | None:

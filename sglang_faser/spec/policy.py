@@ -125,7 +125,8 @@ class GoodputPolicy(LengthPolicy):
         d0, d_req, d_step, d_row = cost.draft_coef
         # the per-request part of the cost: rows past the root, and draft rows where drafting is cut per request
         per_k = v_tok * ks + (d_row * np.maximum(ks - 1, 0) if cost.draft_cut else 0.0)  # [K + 1]
-        fixed = (v0 * cost.verify_passes(depths[:, 0]) + (v_req + d_req + v_tok) * batch + d0 + d_step * depths[:, 0]
+        fixed = (v0 * cost.verify_passes(depths[:, 0]) + (v_req + v_tok) * batch + d0 + d_step * depths[:, 0]
+                 + d_req * batch * (depths[:, 0] > 0)  # the draft-extend: only steps that draft pay it
                  + (0.0 if cost.draft_cut else d_row * batch * np.maximum(depths[:, 0] - 1, 0)))  # [D]
         worth = np.ascontiguousarray((np.diff(gain, axis=1) / np.maximum(np.diff(per_k), 1e-12)[None, :]).T)  # [K, B]
         low = min_lens[None, :]

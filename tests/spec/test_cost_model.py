@@ -64,9 +64,11 @@ def test_draft_rows_are_fitted_apart_from_draft_steps():
     for batch in (1, 4, 16):
         for steps in range(0, 6):
             for rows in {0, batch * max(steps - 1, 0), max(steps - 1, 0)}:
-                model.add_profile_sample(DRAFT, batch, steps, 1.0 + 0.2 * batch + 0.5 * steps + 0.3 * rows, rows=rows)
+                ms = 1.0 + 0.2 * batch * (steps > 0) + 0.5 * steps + 0.3 * rows
+                model.add_profile_sample(DRAFT, batch, steps, ms, rows=rows)
     model.refit()
     assert model.draft_coef == pytest.approx([1.0, 0.2, 0.5, 0.3], abs=1e-6)
+    assert model.draft_ms(16, 0) == pytest.approx(1.0)  # a step without drafts skips the draft-extend
     assert model.draft_ms(16, 5) == pytest.approx(1.0 + 3.2 + 2.5 + 0.3 * 64)  # default: every request, every step
     model.draft_cut = True
     assert model.plan_rows(np.array([5, 1, 0, 2])) == 5  # 4 + 0 + 0 + 1
