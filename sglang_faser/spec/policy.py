@@ -96,6 +96,10 @@ class GoodputPolicy(LengthPolicy):
     name = "adaptive"
     max_iterations = 16
 
+    def __init__(self):
+        self._warm: np.ndarray | None = None  # the last plan's ratio per depth cap: the next step's start
+        self.iterations = 0  # Dinkelbach passes of the last plan
+
     def plan(self, accept_probs, caps, min_lens, cost, uniform=False, weights=None) -> StepPlan:
         accept_probs = np.clip(np.asarray(accept_probs, dtype=np.float64), 0.0, 1.0)
         caps = np.asarray(caps, dtype=np.int64)
@@ -109,11 +113,9 @@ class GoodputPolicy(LengthPolicy):
                                                                              axis=1)), axis=1)
         if uniform:
             return self._uniform(gain, caps, min_lens, cost, batch, width)
-        lengths = self._dinkelbach(gain, caps, min_lens, cost, batch, width)
-        tokens = float(gain[np.arange(batch), lengths].sum())
-        return StepPlan(lengths, tokens, float(plan_ms(cost, batch, lengths)))
+        return self._dinkelbach(gain, caps, min_lens, cost, batch, width)
 
-    def _dinkelbach(self, gain, caps, min_lens, cost, batch: int, width: int) -> np.ndarray:
+    def _dinkelbach(self, gain, caps, min_lens, cost, batch: int, width: int) -> StepPlan:
         """The exact optimum for every depth cap D = 0..K at once, then the best D.
 
         Survival falls with k and the marginal cost of a row does not, so request i's best length for a given
@@ -140,20 +142,29 @@ class GoodputPolicy(LengthPolicy):
         def ratio_of(plan):
             return tokens_of(plan) / np.maximum(fixed + per_k.take(plan).sum(axis=1), 1e-9)
 
-        choice = np.minimum(np.maximum(0, low), high)  # start: each request's shortest allowed length
+        def best_at(ratio):  # each request's best length at this ratio (ties: shorter)
+            above = np.add.reduce(worth[:, None, :] > ratio[None, :, None], axis=0, dtype=np.int16)
+            return np.minimum(np.maximum(above, low), high)
+
+        # start from a feasible plan: the thresholds at the last step's optimal ratios (the batch changes little
+        # from step to step, so this is usually within one pass of the optimum), or each request's shortest length
+        shortest = np.minimum(np.maximum(0, low), high)
+        choice = shortest if self._warm is None or len(self._warm) != width + 1 else best_at(self._warm)
         ratio = ratio_of(choice)
-        for _ in range(self.max_iterations):  # each pass: F(ratio) = max sum(gain - ratio cost) >= 0
-            above = np.add.reduce(worth[:, None, :] > ratio[None, :, None], axis=0, dtype=np.int16)  # ties: shorter
-            best = np.minimum(np.maximum(above, low), high)
+        self.iterations = 0
+        for self.iterations in range(1, self.max_iterations + 1):  # each pass: F(ratio) = max sum(gain - ratio cost)
+            best = best_at(ratio)
             new = ratio_of(best)
             rose = new > ratio * (1 + 1e-12) + 1e-15
             if not rose.any():
                 break
             choice = np.where(rose[:, None], best, choice)
             ratio = np.where(rose, new, ratio)
+        self._warm = ratio
         # score each cap's plan at the depth it really runs (its deepest length) and keep the best
-        score = np.where(feasible, tokens_of(choice) / np.maximum(plan_ms(cost, batch, choice), 1e-9), -np.inf)
-        return choice[int(np.argmax(score))].astype(np.int64)
+        tokens, ms = tokens_of(choice), plan_ms(cost, batch, choice)
+        best = int(np.argmax(np.where(feasible, tokens / np.maximum(ms, 1e-9), -np.inf)))
+        return StepPlan(choice[best].astype(np.int64), float(tokens[best]), float(ms[best]))
 
     def _uniform(self, gain, caps, min_lens, cost, batch: int, width: int) -> StepPlan:
         lengths = np.clip(np.arange(width + 1)[:, None], min_lens[None, :], caps[None, :])  # [K + 1, B]
