@@ -1,4 +1,4 @@
-"""Tokens per verify step of the embedded small pair, by prompt kind, draft kind and speculative length.
+"""Tokens per verify step of a target and its drafts, by prompt kind, draft kind and speculative length.
 
 Shows that the shipped pair (``sglang_faser/models/small_pair``) has real, request-dependent acceptance: one real
 server per (algorithm, k) with FASER off (SGLang's own fixed-length speculation), greedy requests from each prompt
@@ -6,6 +6,7 @@ set sent one at a time, SGLang's ``spec_accept_length`` (accepted drafts + the b
 set. Writes ``benchmarks/results/pair_acceptance.{json,md}``.
 
     .venv/bin/python benchmarks/pair_acceptance.py [--per-kind 12] [--lengths 1 3 5]
+    .venv/bin/python benchmarks/pair_acceptance.py --model smollm2   # SmolLM2-135M-Instruct, chat-templated prompts
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.serve.workload import load_prompts  # noqa: E402
+from benchmarks.serve.workload import load_prompts, smollm2_chat_template  # noqa: E402
 from sglang_faser.server_process import ServerProcess  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
@@ -34,17 +35,22 @@ SHAKESPEARE = ["ROMEO:\n", "KING HENRY:\nWhat say you, lords", "HAMLET:\nTo be, 
                "OTHELLO:\nIt is the cause", "PROSPERO:\nOur revels now are ended", "BRUTUS:\n", "VIOLA:\n"]
 
 
-def prompts_by_kind(per_kind: int) -> dict[str, list[str]]:
+def prompts_by_kind(per_kind: int, template=None) -> dict[str, list[str]]:
+    """``template``: an instruct model's chat template (then no Shakespeare openings, which only suit the pair)."""
     out: dict[str, list[str]] = {kind: [] for kind in KINDS}
     for kind, prompt in load_prompts():
         if len(out[kind]) < per_kind:
-            out[kind].append(prompt)
-    out["shakespeare"] = SHAKESPEARE[:per_kind]
+            out[kind].append(prompt if template is None else template(prompt))
+    if template is None:
+        out["shakespeare"] = SHAKESPEARE[:per_kind]
+    else:
+        del out["shakespeare"]
     return out
 
 
-def measure(algorithm: str, k: int, prompts: dict[str, list[str]], max_new: int, log: Path, progress) -> dict:
-    flags = ["--speculative-algorithm", algorithm, "--speculative-num-steps", str(k), "--speculative-eagle-topk",
+def measure(algorithm: str, k: int, prompts: dict[str, list[str]], max_new: int, log: Path, progress,
+            model: list[str]) -> dict:
+    flags = model + ["--speculative-algorithm", algorithm, "--speculative-num-steps", str(k), "--speculative-eagle-topk",
              "1", "--speculative-num-draft-tokens", str(k + 1), "--faser-mode", "stock",
              "--max-total-tokens", "8192"]
     rows = {}
@@ -63,13 +69,15 @@ def measure(algorithm: str, k: int, prompts: dict[str, list[str]], max_new: int,
 
 
 def markdown(results: dict, meta: dict) -> str:
-    lines = ["# Acceptance of the embedded small pair", "", f"`{json.dumps(meta)}`", "",
+    lines = [f"# Acceptance of {meta['model']}", "", f"`{json.dumps(meta)}`", "",
              "Tokens per verify step (accepted drafts + 1), mean over requests (min-max), greedy, batch 1.", ""]
     for algorithm, by_k in results.items():
         ks = sorted(by_k, key=int)
         lines += [f"## {algorithm}", "", "| prompts | " + " | ".join(f"k = {k}" for k in ks) + " |",
                   "|---|" + "---|" * len(ks)]
         for kind, label in KINDS.items():
+            if kind not in by_k[ks[0]]:
+                continue
             cells = []
             for k in ks:
                 row = by_k[k][kind]
@@ -86,8 +94,12 @@ def main(argv=None) -> int:
     parser.add_argument("--lengths", type=int, nargs="+", default=[1, 3, 5])
     parser.add_argument("--algorithms", nargs="+", default=["EAGLE", "STANDALONE"])
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--model", choices=["embedded", "smollm2"], default="embedded")
     args = parser.parse_args(argv)
-    prompts = prompts_by_kind(args.per_kind)
+    smollm2 = args.model == "smollm2"
+    prompts = prompts_by_kind(args.per_kind, smollm2_chat_template() if smollm2 else None)
+    model = ["--model-path", "smollm2"] if smollm2 else []
+    stem = "pair_acceptance_smollm2" if smollm2 else "pair_acceptance"
     began = time.time()
     results: dict = {}
     total = len(args.algorithms) * len(args.lengths) * sum(map(len, prompts.values()))
@@ -95,16 +107,18 @@ def main(argv=None) -> int:
         for algorithm in args.algorithms:
             for k in args.lengths:
                 progress.set_postfix_str(f"{algorithm} k={k}")
-                log = RESULTS / "logs" / f"pair_acceptance_{algorithm}_{k}.log"
+                log = RESULTS / "logs" / f"{stem}_{algorithm}_{k}.log"
                 log.parent.mkdir(parents=True, exist_ok=True)
                 results.setdefault(algorithm, {})[str(k)] = measure(algorithm, k, prompts, args.max_new_tokens,
-                                                                    log, progress)
-    meta = {"machine": platform.machine(), "model": "sglang_faser/models/small_pair", "per_kind": args.per_kind,
+                                                                    log, progress, model)
+    meta = {"machine": platform.machine(),
+            "model": "SmolLM2-135M-Instruct + sglang_faser/models/smollm2_drafts" if smollm2
+            else "sglang_faser/models/small_pair", "per_kind": args.per_kind,
             "max_new_tokens": args.max_new_tokens, "minutes": round((time.time() - began) / 60, 1)}
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "pair_acceptance.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1) + "\n")
+    (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1) + "\n")
     text = markdown(results, meta)
-    (RESULTS / "pair_acceptance.md").write_text(text)
+    (RESULTS / f"{stem}.md").write_text(text)
     print(text)
     return 0
 

@@ -76,21 +76,10 @@ def run_config(name: str, flags: list[str], args, workloads: dict, progress) -> 
 def build_workloads(args, n: int, max_new: int, rates: list[float]) -> dict:
     if args.trace:
         return {"trace": {"trace": workload.replay(args.trace, max_new)}}
-    template = smollm2_chat_template() if args.model_path == "smollm2" else None
+    template = workload.smollm2_chat_template() if args.model_path == "smollm2" else None
     return {process: {str(rate): workload.build(n, rate, process, max_new, args.seed, args.cv, args.prompts,
                                                 template) for rate in rates}
             for process in args.arrivals}
-
-
-def smollm2_chat_template():
-    """Each prompt as one user turn in SmolLM2's chat template (an instruct model is served that way)."""
-    from transformers import AutoTokenizer
-
-    from sglang_faser.models.smollm2 import ensure_smollm2
-
-    tok = AutoTokenizer.from_pretrained(ensure_smollm2())
-    return lambda prompt: tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                                  add_generation_prompt=True)
 
 
 def synthetic_acceptance(spec: str | None) -> dict | None:

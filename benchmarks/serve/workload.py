@@ -57,6 +57,17 @@ def mixed_prompts(n: int = 64, seed: int = 0) -> list[tuple[str, str]]:
     return prompts
 
 
+def smollm2_chat_template():
+    """Each prompt as one user turn in SmolLM2's chat template (an instruct model is served that way)."""
+    from transformers import AutoTokenizer
+
+    from sglang_faser.models.smollm2 import ensure_smollm2
+
+    tok = AutoTokenizer.from_pretrained(ensure_smollm2())
+    return lambda prompt: tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                                  add_generation_prompt=True)
+
+
 def arrival_times(n: int, rate: float, process: str = "poisson", cv: float = 2.0, seed: int = 0) -> np.ndarray:
     """Cumulative arrival times of ``n`` requests at ``rate`` requests/s (``inf``: all at once)."""
     if n == 0:
