@@ -5,9 +5,9 @@
 
 Two servers of the same target: ``no-spec`` (no speculative algorithm) and ``faser-k0`` (the FASER worker with
 every length 0, ``--faser-mode off``: every step is a whole-batch k = 0 step). For each batch size B, B greedy
-requests of ``--new-tokens`` tokens start together; after the first token of every request, decode runs at batch
-B until they finish, so the step time is (time of the decode phase) / (decode steps). The configurations alternate
-within each repeat and the median repeat is reported, with the ratio faser-k0 / no-spec (the goal: <= 1.05).
+requests of ``--new-tokens`` tokens start together and decode together; a request's time between tokens is the
+step time, and the median over the batch is reported. The configurations alternate within each repeat and the
+median repeat is reported, with the ratio faser-k0 / no-spec (the goal: <= 1.05).
 Writes ``benchmarks/results/k0_step_cost.{json,md}``.
 """
 
@@ -34,21 +34,21 @@ PROMPT = [1] + list(range(100, 130))  # a fixed 31-token prompt; every request g
 
 
 def decode_step_ms(url: str, batch: int, new_tokens: int) -> float:
-    """Mean decode step time at batch ``batch``: from the moment every request has its first token to the end."""
-    first: list[float] = [0.0] * batch
+    """Decode step time at batch ``batch``: the median over requests of (last token - first token) / (tokens - 1),
+    the time between two of a request's tokens while all ``batch`` requests decode together."""
 
     def one(i: int) -> float:
         body = {"input_ids": PROMPT + [200 + i], "stream": True,
                 "sampling_params": {"temperature": 0, "max_new_tokens": new_tokens, "ignore_eos": True}}
+        first = None
         with requests.post(url + "/generate", json=body, stream=True, timeout=600) as response:
             for line in response.iter_lines():
-                if line.startswith(b"data:") and not first[i]:
-                    first[i] = time.perf_counter()
-        return time.perf_counter()
+                if line.startswith(b"data:") and first is None:
+                    first = time.perf_counter()
+        return (time.perf_counter() - first) * 1e3 / (new_tokens - 1)
 
     with ThreadPoolExecutor(batch) as pool:
-        ends = list(pool.map(one, range(batch)))
-    return (min(ends) - max(first)) * 1e3 / (new_tokens - 1)  # the requests decode in lockstep after one prefill
+        return statistics.median(pool.map(one, range(batch)))
 
 
 def main(argv: list[str] | None = None) -> int:
