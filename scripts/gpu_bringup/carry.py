@@ -7,6 +7,8 @@ Run here (network to package registries only), in the repository root:
                                                              # sglang-kernel, build the sglang-faser wheel
     python scripts/gpu_bringup/carry.py pack .gpu/whl --out .gpu  # one tar cut into .gpu/p00, p01, ... (60 MiB)
     (``split DIR --pieces P`` / ``join P --out DIR`` do the same per file, without the tar)
+    python scripts/gpu_bringup/carry.py smollm2 --out .gpu/smollm2   # the real model's GGUF (sha256 checked),
+    python scripts/gpu_bringup/carry.py pack .gpu/smollm2 --out .gpu/smol   # in two 60 MiB folders
 
 ``.gpu/`` is git-ignored, so it travels only when named in the device tool's ``carry``. Then one device call
 per folder, back to back (a gap of more than ~30 s gives the machine back and loses what was staged), each
@@ -43,7 +45,7 @@ ROUTE_B = [
     "pydantic==2.14.3", "pydantic_core==2.50.4", "annotated-types", "typing-inspection", "python-multipart",
     "orjson", "pyzmq==27.3.0", "msgspec", "setproctitle", "pybase64", "partial-json-parser", "openai==2.8.0",
     "jiter", "distro", "sniffio", "jsonschema", "referencing", "rpds-py", "jsonschema-specifications",
-    "compressed-tensors==0.18.0", "loguru", "gguf==0.19.0", "soundfile==0.13.1", "cffi", "pycparser", "dill",
+    "compressed-tensors==0.18.0", "loguru", "gguf==0.19.0", "accelerate==1.15.0", "soundfile==0.13.1", "cffi", "pycparser", "dill",
     "ipython==9.18.1", "jedi", "parso", "traitlets", "prompt_toolkit", "wcwidth", "pexpect", "ptyprocess",
     "stack-data", "executing", "asttokens", "pure_eval", "matplotlib-inline", "ipython_pygments_lexers",
     "zstandard", "datasets==5.2.0", "multiprocess", "watchfiles", "interegular", "opentelemetry-api",
@@ -170,6 +172,20 @@ def download(out: Path) -> None:
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(out), str(root)], check=True)
 
 
+def smollm2(out: Path) -> Path:
+    """SmolLM2-135M-Instruct's GGUF (98 MB, sha256 checked) in ``out``: the GPU machine converts it itself
+    (``remote.sh smollm2``), so two device calls carry a real model; its drafts travel with the repository."""
+    import shutil
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from sglang_faser.models import smollm2 as model
+
+    out.mkdir(parents=True, exist_ok=True)
+    gguf = model.fetch_gguf(model.cache_root(), quiet=True)
+    shutil.copy(gguf, out / gguf.name)
+    return out / gguf.name
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -187,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     bundle.add_argument("--out", type=Path, required=True)
     bundle.add_argument("--piece-mib", type=int, default=PIECE_BYTES >> 20,
                         help="piece size; the repository travels too, so keep piece + repo under 64 MiB")
+    model = sub.add_parser("smollm2", help="SmolLM2-135M-Instruct's GGUF into OUT, to pack")
+    model.add_argument("--out", type=Path, required=True)
     opened = sub.add_parser("unpack", help="on the GPU machine: join the staged pieces, check, untar")
     opened.add_argument("stage", type=Path)
     opened.add_argument("--out", type=Path, required=True)
@@ -206,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "pack":
         folders = pack(args.directory, args.out, args.piece_mib << 20)
         print(f"{len(folders)} folders: carry one per device call, back to back: {' '.join(map(str, folders))}")
+    elif args.command == "smollm2":
+        print(smollm2(args.out))
     elif args.command == "unpack":
         print(unpack(args.stage, args.out))
     return 0

@@ -5,6 +5,8 @@
 #                                                      # probe the image, write the dummy-weight model folders
 #   bash scripts/gpu_bringup/remote.sh bench [ARGS]    # start serve_bench in the background (it outlives the call)
 #   bash scripts/gpu_bringup/remote.sh wait [SECONDS]  # poll it; copy results and logs into $OUT when it ends
+#   bash scripts/gpu_bringup/remote.sh smollm2 STAGE   # the carried SmolLM2 GGUF -> its HF folder; then
+#   MODEL=smollm2 bash scripts/gpu_bringup/remote.sh bench   # serves it with its shipped drafts, real acceptance
 #
 # Device calls last at most 10 minutes and a lease 30, so the benchmark runs under setsid and later calls poll it.
 # Models: Llama-3-8B shapes with an EAGLE head and random weights (--load-format dummy), so acceptance comes from
@@ -17,11 +19,11 @@ mkdir -p "$S"
 export PYTHONPATH="$PWD:$S/site${PYTHONPATH:+:$PYTHONPATH}"   # the repo's sglang_faser over the carried wheel's
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 export SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1 PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1
-export SGLANG_JIT_CACHE_DIR=$S/jit FLASHINFER_WORKSPACE_BASE=$S TRITON_CACHE_DIR=$S/triton
+export SGLANG_FASER_CACHE=$S/cache SGLANG_JIT_CACHE_DIR=$S/jit FLASHINFER_WORKSPACE_BASE=$S TRITON_CACHE_DIR=$S/triton
 export PATH="$(dirname "$(command -v python3)"):$PATH"
 if [ -d "$S/site/nvidia/cu13/include" ]; then export CPATH="$S/site/nvidia/cu13/include${CPATH:+:$CPATH}"; fi
 
-command=${1:?install STAGE | bench [serve_bench args] | wait [seconds]}
+command=${1:?install STAGE | smollm2 STAGE | bench [serve_bench args] | wait [seconds]}
 shift
 case "$command" in
 install)
@@ -35,11 +37,23 @@ print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_avai
 'sglang', sglang.__version__)"
   python3 scripts/gpu_bringup/make_models.py "$S/m"
   ;;
+smollm2)
+  stage=${1:?the folder the SmolLM2 pieces were copied into}
+  gguf_dir=$(python3 scripts/gpu_bringup/carry.py unpack "$stage" --out "$S/smollm2-carried")
+  mkdir -p "$SGLANG_FASER_CACHE/smollm2-135m-instruct"
+  cp "$gguf_dir"/*.gguf "$SGLANG_FASER_CACHE/smollm2-135m-instruct/"
+  python3 -m sglang_faser.models.smollm2   # sha256 check, then the one-time conversion
+  ;;
 bench)
-  model=${MODEL:-$S/m/llama8b} draft=${DRAFT:-$S/m/llama8b-eagle} accept=${ACCEPT:-0.3:0.95}
-  args=(--tag gpu --out-dir "$S/results" --model-path "$model" --draft-model-path "$draft" --algorithm EAGLE
+  if [ "${MODEL:-}" = smollm2 ]; then   # the real model and its shipped drafts: real acceptance, real weights
+    model_args=(--model smollm2) accept=${ACCEPT:-none} load_format=${LOAD_FORMAT:-auto}
+  else
+    model_args=(--model-path "${MODEL:-$S/m/llama8b}" --draft-model-path "${DRAFT:-$S/m/llama8b-eagle}")
+    accept=${ACCEPT:-0.3:0.95} load_format=${LOAD_FORMAT:-dummy}
+  fi
+  args=(--tag gpu --out-dir "$S/results" "${model_args[@]}" --algorithm EAGLE
         --max-total-tokens 262144 --server-timeout 540
-        --server-arg=--load-format --server-arg="${LOAD_FORMAT:-dummy}"
+        --server-arg=--load-format --server-arg="$load_format"
         --server-arg=--attention-backend --server-arg=triton --server-arg=--sampling-backend --server-arg=pytorch
         --server-arg=--mem-fraction-static --server-arg=0.8 --server-arg=--cuda-graph-max-bs-decode
         --server-arg=64)
@@ -58,13 +72,13 @@ wait)
   while [ ! -f "$S/bench.rc" ] && [ $SECONDS -lt $deadline ]; do sleep 10; done
   tail -c 3000 "$S/bench.log" | tr '\r' '\n' | tail -25
   if [ -n "${OUT:-}" ]; then
-    cp "$S"/results/serve_bench_gpu.* "$OUT"/ 2>/dev/null || true
+    cp "$S"/results/serve_bench_gpu* "$OUT"/ 2>/dev/null || true
     tail -c 4000000 "$S/bench.log" > "$OUT/bench.log"
     (cd "$S/results" && tar -czf "$OUT/server_logs.tgz" logs 2>/dev/null) || true
   fi
   if [ -f "$S/bench.rc" ]; then exit "$(cat "$S/bench.rc")"; else echo "still running"; fi
   ;;
 *)
-  echo "unknown command $command (install, bench, wait)" >&2; exit 2
+  echo "unknown command $command (install, smollm2, bench, wait)" >&2; exit 2
   ;;
 esac

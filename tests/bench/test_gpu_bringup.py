@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 import zipfile
 from pathlib import Path
 
@@ -120,3 +121,27 @@ def test_remote_script_parses_and_refuses_an_unknown_step(tmp_path):
     done = subprocess.run(["bash", str(script), "reboot"], capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, "S": str(tmp_path)})
     assert done.returncode == 2 and "unknown command reboot" in done.stderr
+
+
+def test_smollm2_travels_in_two_folders_and_the_gpu_side_converts_it(tmp_path):
+    """The real model's GGUF, packed for two device calls; ``remote.sh smollm2`` joins, checks and converts it."""
+    import shutil
+    import subprocess
+
+    from sglang_faser.models import smollm2
+
+    gguf = carry.smollm2(tmp_path / "model")
+    assert carry.sha256(gguf) == smollm2.GGUF_SHA256
+    folders = carry.pack(tmp_path / "model", tmp_path / "carry")
+    assert len(folders) == 2
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    for folder in folders:  # what each device call copies into the stage
+        for piece in folder.iterdir():
+            shutil.copy(piece, stage / piece.name)
+    remote = tmp_path / "remote"
+    env = {**os.environ, "S": str(remote), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_bringup" / "remote.sh"), "smollm2", str(stage)],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (remote / "cache" / "smollm2-135m-instruct" / "hf" / "model.safetensors").exists()
