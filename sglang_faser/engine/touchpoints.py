@@ -405,8 +405,8 @@ def catch_up_draft(worker, batch, catch_up) -> None:
     sub.seq_lens, sub.seq_lens_cpu, sub.seq_lens_sum = seq_lens, seq_lens_cpu, int(seq_lens_cpu.sum())
     sub.orig_seq_lens = None if batch.orig_seq_lens is None else batch.orig_seq_lens[index]
     sub.input_ids = catch_up.tokens.to(torch.int64)
-    sub.out_cache_loc = batch.req_to_token_pool.req_to_token[torch.repeat_interleave(pools, counts), positions]
-    sub.out_cache_loc = sub.out_cache_loc.to(torch.int64)
+    rows = torch.repeat_interleave(pools, counts)
+    sub.out_cache_loc = batch.req_to_token_pool.req_to_token[rows, positions].to(torch.int64)
     sub.prefix_lens = (seq_lens_cpu - counts.cpu()).tolist()
     sub.extend_lens = list(catch_up.counts)
     sub.extend_logprob_start_lens = [0] * len(catch_up.members)

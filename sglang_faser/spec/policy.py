@@ -98,7 +98,6 @@ class GoodputPolicy(LengthPolicy):
 
     def __init__(self):
         self._warm: np.ndarray | None = None  # the last plan's ratio per depth cap: the next step's start
-        self.iterations = 0  # Dinkelbach passes of the last plan
 
     def plan(self, accept_probs, caps, min_lens, cost, uniform=False, weights=None) -> StepPlan:
         accept_probs = np.clip(np.asarray(accept_probs, dtype=np.float64), 0.0, 1.0)
@@ -151,8 +150,7 @@ class GoodputPolicy(LengthPolicy):
         shortest = np.minimum(np.maximum(0, low), high)
         choice = shortest if self._warm is None or len(self._warm) != width + 1 else best_at(self._warm)
         ratio = ratio_of(choice)
-        self.iterations = 0
-        for self.iterations in range(1, self.max_iterations + 1):  # each pass: F(ratio) = max sum(gain - ratio cost)
+        for _ in range(self.max_iterations):  # each pass: F(ratio) = max sum(gain - ratio cost) >= 0
             best = best_at(ratio)
             new = ratio_of(best)
             rose = new > ratio * (1 + 1e-12) + 1e-15
