@@ -55,6 +55,7 @@ class RaggedVerifier:
         self.computed = np.zeros((bs, rows), dtype=bool)
         self._early_batch = None
         self._logits = self._hidden = self._last = None
+        self._whole = False  # the one pass covered every row: its result is the step's
         self.stats = FrontierStepStats(planned_rows=int((self.lengths + 1).sum()))
         self.mismatches = 0
         self.pass_seconds = 0.0  # wall time of all target passes so far
@@ -100,6 +101,12 @@ class RaggedVerifier:
 
     def _store(self, vpass: VerifyPass, rows: torch.Tensor, logits: torch.Tensor, hidden) -> None:
         total = len(self.lengths) * self.n
+        self.stats.passes += 1
+        self.stats.verified_rows += vpass.rows
+        self.stats.offset_passes += int(vpass.offset > 0)
+        if vpass.rows == total:  # the whole window in one pass (uniform lengths, a k = 0 step): its result is
+            self._whole = True  # the step's as it is, and no frontier follows that would need predictions
+            return
         if self._logits is None:
             self._logits = logits.new_zeros((total, logits.shape[-1]))
             if hidden is not None:
@@ -110,9 +117,6 @@ class RaggedVerifier:
         member, col = vpass.columns
         self.predictions[vpass.members[member], col] = logits.argmax(dim=-1).cpu().numpy()
         self.computed[vpass.members[member], col] = True
-        self.stats.passes += 1
-        self.stats.verified_rows += vpass.rows
-        self.stats.offset_passes += int(vpass.offset > 0)
 
     def _survivors(self, end: int, known: int, tokens: np.ndarray) -> np.ndarray:
         """Requests that go on into the next frontier: rows left, and (if prunable) no rejection so far."""
@@ -137,7 +141,7 @@ class RaggedVerifier:
             self._restart()
         while self.frontiers_done < len(self.bounds):
             self.run_frontier(fb, pp_proxy_tensors)
-        return sgl.merged_verify_result(self._last, self._logits, self._hidden)
+        return self._last if self._whole else sgl.merged_verify_result(self._last, self._logits, self._hidden)
 
     def _early_rows_match(self, fb) -> bool:
         mask = torch.as_tensor(self.computed.reshape(-1), device=sgl.verify_tokens(fb).device)
@@ -152,6 +156,7 @@ class RaggedVerifier:
         self.predictions[:] = -1
         self.computed[:] = False
         self._logits = self._hidden = self._last = None
+        self._whole = False
         self.stats = FrontierStepStats(planned_rows=self.stats.planned_rows)
 
 

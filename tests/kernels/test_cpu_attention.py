@@ -436,18 +436,24 @@ def test_registered_ops_called_like_intel_amx_backend():
     torch.testing.assert_close(o.view(-1, tp_q_head_num, v_head_dim).double(), ref, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("mask", ["causal", "qlen_only", "qlen_only_hidden"])
+@pytest.mark.parametrize("mask", ["causal", "qlen_only", "qlen_only_hidden", "full", "full_hidden"])
 def test_extend_one_row_per_request_matches_naive(mask):
-    """Verify of one row per request (a step without drafts) runs batched; a 1x1 tree that hides the row itself
-    must still take the masked path."""
+    """Verify of one row per request (a step without drafts) runs as a decode when every row sees all its keys; a
+    mask that hides a key (the row itself in a 1x1 tree, a prefix key in a FULL block) takes the masked path."""
     _, k_buf, v_buf, req_to_token = _setup(3, 16, 48, 2, seed=7)
     pools, seq_lens = [2, 0, 1], [9, 3, 14]
     q = torch.randn(3, 4, D)
-    hidden = mask == "qlen_only_hidden"
-    tree_mask = None if mask == "causal" else torch.tensor([True, not hidden, True])
+    hidden = mask.endswith("_hidden")
+    if mask == "causal":
+        tree_mask = None
+    elif mask.startswith("qlen_only"):
+        tree_mask = torch.tensor([True, not hidden, True])
+    else:  # FULL: one [1, seq_len] block per request; the hidden variant masks the middle request's last key
+        tree_mask = torch.ones(sum(seq_lens), dtype=torch.bool)
+        tree_mask[seq_lens[0] + seq_lens[1] - 1] = not hidden
     o, starts = _extend(q, k_buf, v_buf, req_to_token, pools, seq_lens, [1, 1, 1], tree_mask=tree_mask)
 
-    def visible(b, j, pos):  # with the hidden 1x1 tree, the middle request's row sees its prefix only
+    def visible(b, j, pos):  # hidden: the middle request's row does not see its own (last) key
         return not hidden or b != 1 or pos < seq_lens[b] - 1
 
     ref = _naive(q, k_buf, v_buf, req_to_token, pools, seq_lens, starts, [1, 1, 1], visible, sm_scale=SM_SCALE,

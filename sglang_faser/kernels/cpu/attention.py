@@ -184,12 +184,28 @@ def _visible(
     return flat_mask[offset : offset + ext * seq_len].view(ext, seq_len)
 
 
+def _one_row_sees_all(kind: str, tree_mask: torch.Tensor | None, lens: list[int]) -> bool:
+    """Whether every request's one extend row sees all its keys (then the extend is exactly a decode): causal and
+    unmasked rows do; a masked row does when its mask is all set (QLEN_ONLY: its 1 x 1 block; FULL: its 1 x seq
+    block), as in a verify without drafts."""
+    if kind in (_CAUSAL, _NO_MASK):
+        return True
+    used = len(lens) if kind == _QLEN_ONLY else sum(lens)
+    return bool(tree_mask.reshape(-1)[:used].all())
+
+
 BATCHED_MAX_ROWS = 16  # longer extends (prefill) loop per request: padding B x E x L scores would not pay
 
 
 def _extend_batched(q_extend, o_extend, k_buffer, v_buffer, key_scale, value_scale, req_to_token, pools, lens,
                     ext_lens, starts, kind, tree_mask, sm_scale, logit_cap) -> None:
     """``extend_attention_cpu`` for short extends, all requests in one padded pass (same masks as ``_visible``)."""
+    bs = len(ext_lens)
+    if max(ext_lens) == 1 and starts == list(range(bs)) and _one_row_sees_all(kind, tree_mask, lens):  # it is a decode
+        out = _attend_padded(q_extend[:bs, None], k_buffer, v_buffer, key_scale, value_scale, req_to_token,
+                             torch.tensor(pools, dtype=torch.int64), torch.tensor(lens), None, sm_scale, logit_cap)
+        o_extend[:bs] = out[:, 0].to(o_extend.dtype)
+        return
     ext, seq = torch.tensor(ext_lens), torch.tensor(lens)
     prefix, width, longest = seq - ext, max(ext_lens), max(lens)
     j = torch.arange(width)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 
+import numpy as np
 import torch
 
 
@@ -17,15 +18,14 @@ def _segment_coords(
 
     Cells come out in batch order and, within a request, in column order; that is the order of the flat
     ``out_cache_loc`` the Triton kernels read or write (request b starts at the sum of earlier lengths).
+    Computed in numpy: these are a few dozen integers every decode step, where each torch op's dispatch (and
+    its thread-pool wake-up inside a busy server) costs more than the arithmetic.
     """
-    start = start_offset.to(torch.int64).reshape(-1)
-    lengths = end_offset.to(torch.int64).reshape(-1) - start
-    total = int(lengths.sum()) if lengths.numel() else 0
-    rows = req_pool_indices.to(torch.int64).reshape(-1)[: lengths.numel()].repeat_interleave(lengths)
-    seg_begin = torch.cumsum(lengths, 0) - lengths  # flat offset where each request starts
-    within = torch.arange(total, dtype=torch.int64) - seg_begin.repeat_interleave(lengths)
-    cols = start.repeat_interleave(lengths) + within
-    return rows, cols, total
+    start = start_offset.reshape(-1).numpy().astype(np.int64)
+    lengths = end_offset.reshape(-1).numpy().astype(np.int64) - start
+    rows = np.repeat(req_pool_indices.reshape(-1)[: len(lengths)].numpy().astype(np.int64), lengths)
+    cols = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths - start, lengths)
+    return torch.from_numpy(rows), torch.from_numpy(cols), len(cols)
 
 
 def assign_req_to_token_pool_cpu(
