@@ -22,7 +22,8 @@ class Result:
     accept_length: float | None = None  # SGLang's spec_accept_length (tokens per verify step)
     mean_cap: float | None = None  # mean per-step speculative length FASER gave this request
     error: str = ""
-    text: str = ""  # the whole greedy output (SGLang streams cumulative text), to compare configurations
+    text: str = ""  # the whole output (SGLang streams cumulative text), to compare configurations
+    greedy: bool = True  # sampled outputs differ between runs by design: only greedy ones are compared
 
     @property
     def tpot(self) -> float:
@@ -33,8 +34,8 @@ async def _one(session, url: str, request: Request, start: float, progress) -> R
     await asyncio.sleep(max(0.0, start + request.at - time.perf_counter()))
     sent = time.perf_counter()
     body = {"text": request.prompt, "stream": True,
-            "sampling_params": {"temperature": 0, "max_new_tokens": request.max_new_tokens, "ignore_eos": True}}
-    result = Result(request.kind, ok=False)
+            "sampling_params": {"temperature": request.temperature, "max_new_tokens": request.max_new_tokens, "ignore_eos": True}}
+    result = Result(request.kind, ok=False, greedy=request.temperature == 0)
     try:
         async with session.post(url + "/generate", json=body) as response:
             if response.status != 200:

@@ -42,7 +42,7 @@ def summarise(results, wall_s: float, telemetry_delta: dict | None = None) -> di
         "chosen_length_histogram": delta.get("length_histogram"),  # [k]: request-steps given length k
         "pruned_share": pruned_share,  # verify rows skipped by early pruning / rows verified or skipped
         "wall_s": wall_s,
-        "outputs": [r.text if r.ok else None for r in results],  # in request order; dropped after the check
+        "outputs": [r.text if r.ok and r.greedy else None for r in results],  # request order; dropped after check
     }
 
 

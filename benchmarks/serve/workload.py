@@ -7,6 +7,7 @@ a replayed trace.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,9 @@ import numpy as np
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 SETS = ("chat", "mtbench", "humaneval")
-PROMPT_SETS = ("standard", "mixed")  # standard: the three data sets; mixed: acceptance differs per request
+# standard: the three data sets; mixed / mixed-temp: acceptance differs per request inside one stream
+PROMPT_SETS = ("standard", "mixed", "mixed-temp")
+SAMPLED_TEMPERATURE = 1.0  # mixed-temp's chat half
 
 
 @dataclass(frozen=True)
@@ -24,6 +27,7 @@ class Request:
     prompt: str
     kind: str  # which prompt set it came from
     max_new_tokens: int
+    temperature: float = 0.0  # 0: greedy (its output must equal no speculation's)
 
 
 def load_prompts(kinds=SETS) -> list[tuple[str, str]]:
@@ -35,26 +39,48 @@ def load_prompts(kinds=SETS) -> list[tuple[str, str]]:
     return prompts
 
 
-def mixed_prompts(n: int = 64, seed: int = 0) -> list[tuple[str, str]]:
-    """Prompts whose drafts the embedded pair accepts very differently, half and half in one stream.
+@functools.lru_cache(maxsize=1)
+def _code_lines() -> tuple[str, ...]:
+    return tuple(line.strip() for _, prompt in load_prompts(("humaneval",)) for line in prompt.splitlines()
+                 if len(line.strip()) > 20)
 
-    ``repeat``: a line of real code said over and over (the target continues the loop; drafts nearly always pass);
-    ``noise``: random letter strings (the target's continuation is its own guess; drafts mostly fail). Per-request
-    lengths exist for exactly this mix; batch-level lengths must pick one length for both.
+
+def mixed_prompts(n: int = 64, seed: int = 0) -> list[tuple[str, str, float]]:
+    """Prompts whose drafts the embedded pair accepts differently, half and half in one stream, all greedy.
+
+    ``repeat``: a line of real code said over and over (the target continues the loop; drafts mostly pass, about 4
+    tokens per verify step at length 5); ``noise``: random letter strings (about 2.4 tokens per step at length 5:
+    the small pair guesses letter soup better than the name suggests).
     """
     rng = np.random.default_rng(seed)
-    lines = [line.strip() for _, prompt in load_prompts(("humaneval",)) for line in prompt.splitlines()
-             if len(line.strip()) > 20]
     letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
     prompts = []
     for i in range(n):
         if i % 2 == 0:
-            line = lines[int(rng.integers(len(lines)))]
-            prompts.append(("repeat", "\n".join([line] * 8) + "\n"))
+            prompts.append(("repeat", _repeated_code_line(rng), 0.0))
         else:
             words = ["".join(rng.choice(letters, int(rng.integers(2, 9)))) for _ in range(40)]
-            prompts.append(("noise", " ".join(words)))
+            prompts.append(("noise", " ".join(words), 0.0))
     return prompts
+
+
+def mixed_temperature_prompts(n: int = 64, seed: int = 0) -> list[tuple[str, str, float]]:
+    """Greedy code completion and sampled chat in one stream, the mix where one length for all must be wrong.
+
+    ``repeat`` (greedy, as in ``mixed_prompts``): about 4 tokens per verify step at length 5; ``sampled``: ShareGPT
+    prompts at temperature 1, where the chain's drafts rarely survive speculative sampling (about 1.3 tokens per
+    step at length 5). Only the greedy half can be compared token for token with no speculation.
+    """
+    rng = np.random.default_rng(seed)
+    chat = [prompt for _, prompt in load_prompts(("chat",))]
+    return [("repeat", _repeated_code_line(rng), 0.0) if i % 2 == 0 else
+            ("sampled", chat[int(rng.integers(len(chat)))], SAMPLED_TEMPERATURE) for i in range(n)]
+
+
+def _repeated_code_line(rng) -> str:
+    lines = _code_lines()
+    line = lines[int(rng.integers(len(lines)))]
+    return "\n".join([line] * 8) + "\n"
 
 
 def smollm2_chat_template():
@@ -88,13 +114,19 @@ def arrival_times(n: int, rate: float, process: str = "poisson", cv: float = 2.0
 def build(n: int, rate: float, process: str, max_new_tokens: int, seed: int = 0, cv: float = 2.0,
           prompt_set: str = "standard", template=None) -> list[Request]:
     """``template``: a function that wraps each prompt (an instruct model's chat template), or None."""
-    prompts = mixed_prompts(seed=seed) if prompt_set == "mixed" else load_prompts()
+    if prompt_set == "mixed":
+        prompts = mixed_prompts(seed=seed)
+    elif prompt_set == "mixed-temp":
+        prompts = mixed_temperature_prompts(seed=seed)
+    else:
+        prompts = [(kind, prompt, 0.0) for kind, prompt in load_prompts()]
     if template is not None:
-        prompts = [(kind, template(prompt)) for kind, prompt in prompts]
+        prompts = [(kind, template(prompt), temp) for kind, prompt, temp in prompts]
     rng = np.random.default_rng(seed + 1)
     picks = rng.integers(0, len(prompts), n)
     times = arrival_times(n, rate, process, cv, seed)
-    return [Request(float(t), prompts[i][1], prompts[i][0], max_new_tokens) for t, i in zip(times, picks)]
+    return [Request(float(t), prompts[i][1], prompts[i][0], max_new_tokens, prompts[i][2])
+            for t, i in zip(times, picks)]
 
 
 def replay(path: str | Path, default_max_new_tokens: int) -> list[Request]:

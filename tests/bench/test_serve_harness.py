@@ -51,6 +51,15 @@ def test_mixed_prompt_set_interleaves_predictable_and_random_requests():
     repeat = next(r.prompt for r in requests if r.kind == "repeat").splitlines()
     assert len(set(repeat)) == 1 and len(repeat) == 8  # one line said eight times
     assert workload.build(40, 4.0, "poisson", 16, seed=3, prompt_set="mixed") == requests  # reproducible
+    assert {r.temperature for r in requests} == {0.0}
+
+
+def test_mixed_temp_prompt_set_mixes_greedy_code_and_sampled_chat():
+    requests = workload.build(40, 4.0, "poisson", 16, seed=3, prompt_set="mixed-temp")
+    kinds = {r.kind: r.temperature for r in requests}
+    assert kinds == {"repeat": 0.0, "sampled": workload.SAMPLED_TEMPERATURE}
+    chat = {prompt for _, prompt in workload.load_prompts(("chat",))}
+    assert all(r.prompt in chat for r in requests if r.kind == "sampled")
 
 
 def test_summary_and_ratios():
