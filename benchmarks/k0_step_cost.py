@@ -8,6 +8,11 @@ every length 0, ``--faser-mode off``: every step is a whole-batch k = 0 step). F
 requests of ``--new-tokens`` tokens start together and decode together; a request's time between tokens is the
 step time, and the median over the batch is reported. The configurations alternate within each repeat and the
 median repeat is reported, with the ratio faser-k0 / no-spec (the goal: <= 1.05).
+
+``--fixed K`` adds the same comparison with speculation on: stock SGLang at K draft steps (``fixed-K``) against
+FASER's worker holding every request at K inside a window of 7 (``faser-fixed-K``: depth tiers, ragged verify, draft
+cut, decision and record all run). Both draft and accept the same tokens, so their time per token is the cost of
+FASER's own path (the ratio faser-fixed-K / fixed-K).
 Writes ``benchmarks/results/k0_step_cost.{json,md}``.
 """
 
@@ -58,11 +63,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--algorithm", default="EAGLE")
     ap.add_argument("--model-path", default=None)
+    ap.add_argument("--fixed", type=int, default=0, help="also compare FASER held at this length with stock SGLang")
     ap.add_argument("--out", type=Path, default=RESULTS / "k0_step_cost")
     args, extra = ap.parse_known_args(argv)
     model = ["--model-path", args.model_path] if args.model_path else []
     base = model + ["--faser-control", "off", "--max-total-tokens", "16384", "--sleep-on-idle", *extra]
     configs = {"no-spec": base, "faser-k0": base + spec_flags(args.algorithm, 3, "--faser-mode", "off")}
+    pairs = [("faser-k0", "no-spec")]
+    if args.fixed:
+        k = str(args.fixed)
+        configs[f"fixed-{k}"] = base + spec_flags(args.algorithm, args.fixed, "--faser-mode", "stock")
+        configs[f"faser-fixed-{k}"] = base + spec_flags(args.algorithm, 7, "--faser-mode", "fixed",
+                                                         "--faser-fixed-len", k)
+        pairs.append((f"faser-fixed-{k}", f"fixed-{k}"))
     servers = {name: ServerProcess(flags, log_path=Path(f"/tmp/k0_step_cost-{name}.log"))
                for name, flags in configs.items()}
     samples: dict[str, dict[int, list[float]]] = {name: {b: [] for b in args.batch_sizes} for name in configs}
@@ -75,17 +88,20 @@ def main(argv: list[str] | None = None) -> int:
                 for name in order:
                     ms = decode_step_ms(servers[name].url, batch, args.new_tokens)
                     samples[name][batch].append(ms)
-                    print(f"repeat {repeat} B={batch:3d} {name:9s} {ms:8.2f} ms/step", flush=True)
+                    print(f"repeat {repeat} B={batch:3d} {name:15s} {ms:8.2f} ms/token", flush=True)
     finally:
         for server in servers.values():
             server.stop()
     rows = []
     for batch in args.batch_sizes:
-        plain, k0 = (statistics.median(samples[n][batch]) for n in ("no-spec", "faser-k0"))
-        rows.append({"batch": batch, "no_spec_ms": round(plain, 3), "faser_k0_ms": round(k0, 3),
-                     "ratio": round(k0 / plain, 3), "samples": {n: samples[n][batch] for n in configs}})
-    md = ["| batch | no-spec ms/step | faser-k0 ms/step | faser-k0 / no-spec |", "|---|---|---|---|"]
-    md += [f"| {r['batch']} | {r['no_spec_ms']:.2f} | {r['faser_k0_ms']:.2f} | {r['ratio']:.3f} |" for r in rows]
+        ms = {n: statistics.median(samples[n][batch]) for n in configs}
+        rows.append({"batch": batch, "ms": {n: round(v, 3) for n, v in ms.items()},
+                     "ratios": {f"{a} / {b}": round(ms[a] / ms[b], 3) for a, b in pairs},
+                     "samples": {n: samples[n][batch] for n in configs}})
+    md = ["| batch | " + " | ".join(f"{n} ms" for n in configs) + " | " + " | ".join(f"{a} / {b}" for a, b in pairs)
+          + " |", "|---" * (1 + len(configs) + len(pairs)) + "|"]
+    md += [f"| {r['batch']} | " + " | ".join(f"{r['ms'][n]:.2f}" for n in configs) + " | "
+           + " | ".join(f"{v:.3f}" for v in r["ratios"].values()) + " |" for r in rows]
     print("\n".join(md))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"model": args.model_path or "embedded default", "algorithm": args.algorithm,
