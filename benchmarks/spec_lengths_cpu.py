@@ -13,6 +13,13 @@ Prints a table with ratios against no-spec and the best fixed length, and writes
 ``benchmarks/results/``.
 
     python benchmarks/spec_lengths_cpu.py [--requests 16] [--concurrency 8] [--max-new-tokens 64]
+    python benchmarks/spec_lengths_cpu.py --batch-one [--repeats 3]
+
+``--batch-one``: one request at a time, sure and doomed prompts measured apart, every server up at once and the
+configurations alternating within each repeat (median of the repeats). It checks the policy at the two extremes:
+with drafts that always pass FASER should reach the window (max-len) within a few steps and run as fast as the best
+fixed length; with drafts that never pass, as fast as no speculation. The server's start-up sweep runs during a
+warm-up request of each kind. Writes ``spec_lengths_cpu_batch1.{json,md}``.
 """
 
 from __future__ import annotations
@@ -38,8 +45,11 @@ from sglang_faser.server_process import ServerProcess  # noqa: E402
 RESULTS = Path(__file__).parent / "results"
 
 
+WINDOW = 5  # FASER's window here, so its max-len
+
+
 def configurations() -> dict[str, list[str]]:
-    configs = serve_configs.configurations("STANDALONE", window=5, fixed=(1, 3, 5), adaptive=False, frontiers=())
+    configs = serve_configs.configurations("STANDALONE", window=WINDOW, fixed=(1, 3, 5), adaptive=False, frontiers=())
     return {name: flags for name, flags in configs.items() if name not in serve_configs.EXTRA}
 
 
@@ -62,22 +72,25 @@ def run_one(url: str, input_ids: list[int], max_new_tokens: int) -> dict:
         "tokens": meta["completion_tokens"],
         "accept_length": meta.get("spec_accept_length"),
         "mean_len": (sum(k * c for k, c in enumerate(histogram)) / sum(histogram)) if sum(histogram) else None,
+        "histogram": histogram,  # [k]: verify steps at length k
         "output_ids": out["output_ids"],
     }
 
 
-def measure(name: str, flags: list[str], suite, args) -> dict:
-    log = Path(tempfile.gettempdir()) / f"faser-bench-{name}.log"
-    server_flags = flags + [
+def server_flags(flags: list[str], suite, concurrency: int) -> list[str]:
+    extra = ["--speculative-draft-model-path", str(suite.cycle_draft)] if flags else []
+    return flags + extra + [
         "--model-path", str(suite.cycle_target),
         "--dtype", "float32",
         "--max-total-tokens", "8192",
-        "--max-running-requests", str(args.concurrency),
+        "--max-running-requests", str(concurrency),
     ]  # fmt: skip
-    if flags:
-        server_flags += ["--speculative-draft-model-path", str(suite.cycle_draft)]
+
+
+def measure(name: str, flags: list[str], suite, args) -> dict:
+    log = Path(tempfile.gettempdir()) / f"faser-bench-{name}.log"
     prompts = workload(args.requests)
-    with ServerProcess(server_flags, log_path=log) as server:
+    with ServerProcess(server_flags(flags, suite, args.concurrency), log_path=log) as server:
         run_one(server.url, prompts[0], 8)  # warm-up
         start = time.perf_counter()
         with ThreadPoolExecutor(args.concurrency) as pool:
@@ -148,13 +161,76 @@ def plot(results: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=100)
 
 
+def batch_one(suite, args) -> None:
+    """Sure and doomed prompts one at a time; the median of alternating repeats per configuration and kind."""
+    configs = configurations()
+    kinds = {"sure": [0, 3], "doomed": [0, CYCLE_SPLIT + 1]}
+    runs = {kind: {name: [] for name in configs} for kind in kinds}
+    servers = {name: ServerProcess(server_flags(flags, suite, 1) + ["--sleep-on-idle"],
+                                   log_path=Path(tempfile.gettempdir()) / f"faser-bench1-{name}.log")
+               for name, flags in configs.items()}
+    try:
+        for server in servers.values():
+            server.start()
+            for prompt in kinds.values():  # warm-up; FASER's start-up sweep runs here
+                run_one(server.url, prompt, args.max_new_tokens)
+        for repeat in range(args.repeats):
+            order = list(configs) if repeat % 2 == 0 else list(reversed(configs))
+            for kind, prompt in kinds.items():
+                for name in order:
+                    runs[kind][name].append(run_one(servers[name].url, prompt, args.max_new_tokens))
+                    print(f"[bench] repeat {repeat} {kind:6s} {name:8s} "
+                          f"{runs[kind][name][-1]['tokens'] / runs[kind][name][-1]['latency_s']:.1f} tok/s", flush=True)
+    finally:
+        for server in servers.values():
+            server.stop()
+    table, lines = {}, [f"# Batch 1 on CPU: one request at a time (tiny cycle pair, window {WINDOW})", "",
+                        f"{json.dumps({'repeats': args.repeats, 'max_new_tokens': args.max_new_tokens})}", ""]
+    for kind in kinds:
+        rows = {}
+        for name in configs:
+            tps = [r["tokens"] / r["latency_s"] for r in runs[kind][name]]
+            last = runs[kind][name][-1]
+            below = [sum(r["histogram"][:WINDOW]) for r in runs[kind][name] if r["histogram"]]
+            rows[name] = {"tok_per_s": statistics.median(tps), "repeats_tok_per_s": tps,
+                          "accept_length": last["accept_length"], "mean_len": last["mean_len"],
+                          # the most verify steps any repeat spent below max-len, of its steps
+                          "steps_below_max_len": max(below) if name == "faser" and below else None,
+                          "steps": sum(last["histogram"]) if last["histogram"] else None}
+        best_fixed = max((n for n in rows if n.startswith("fixed-")), key=lambda n: rows[n]["tok_per_s"])
+        target = "no-spec" if kind == "doomed" else best_fixed
+        table[kind] = {"rows": rows, "best_fixed": best_fixed, "faser_vs_target": rows["faser"]["tok_per_s"]
+                       / rows[target]["tok_per_s"], "target": target}
+        lines += [f"## {kind} prompts (FASER against {target}: {table[kind]['faser_vs_target']:.3f}x)", "",
+                  "| config | tok/s | vs no-spec | vs best fixed | accept length | FASER mean len | FASER steps below "
+                  "max-len / steps |", "|---|---|---|---|---|---|---|"]
+        for name, r in rows.items():
+            below = f"{r['steps_below_max_len']} / {r['steps']}" if r["steps_below_max_len"] is not None else "-"
+            mean_len = f"{r['mean_len']:.2f}" if name == "faser" and r["mean_len"] is not None else "-"
+            accept = f"{r['accept_length']:.2f}" if r["accept_length"] else "-"
+            lines.append(f"| {name} | {r['tok_per_s']:.1f} | {r['tok_per_s'] / rows['no-spec']['tok_per_s']:.2f}x | "
+                         f"{r['tok_per_s'] / rows[best_fixed]['tok_per_s']:.2f}x | {accept} | {mean_len} | {below} |")
+        lines.append("")
+    text = "\n".join(lines)
+    print(text)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "spec_lengths_cpu_batch1.json").write_text(json.dumps({"args": vars(args), "kinds": table},
+                                                                      indent=1) + "\n")
+    (RESULTS / "spec_lengths_cpu_batch1.md").write_text(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--batch-one", action="store_true", help="one request at a time, sure and doomed apart")
+    parser.add_argument("--repeats", type=int, default=3, help="with --batch-one: alternating repeats")
     args = parser.parse_args()
     suite = ensure_tiny_suite()
+    if args.batch_one:
+        batch_one(suite, args)
+        return
     results = []
     for name, flags in configurations().items():
         print(f"[bench] {name}: starting server", flush=True)

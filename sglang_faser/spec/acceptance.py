@@ -6,9 +6,15 @@ accepted and position n_i+1 (if n_i < k_i) was rejected; later positions were no
 
 The estimate is a Beta posterior per request and position, learnt both ways:
 
-* **counts with decay**: every verify step of a request (length 0 included) multiplies its success / failure
-  counts by 1 - ``request_rate`` and adds what was observed, so a request whose drafts start failing drops
-  within a few steps, and evidence about positions it no longer tries fades;
+* **counts with decay**: every verify step of a request with drafts multiplies its success / failure counts by
+  1 - ``request_rate`` and adds what was observed, so a request whose drafts start failing drops within a few
+  steps;
+* **parked requests fade with back-off**: a step where the request has length 0 observes nothing; its evidence
+  fades there at ``request_rate`` / 2^b, where b counts its probes in a row whose first draft failed (capped at
+  ``MAX_BACKOFF``; a probe with an accepted draft resets it). A request that failed once is probed again within
+  a few steps; one whose probes keep failing waits twice as long each time, so hopeless requests cost O(log T)
+  probes instead of one every few steps (at batch 1 a probe, often at full depth because the positions behind
+  the first look like the server's, costs several plain steps);
 * **prior from the server**: the posterior mean is (s + w g) / (s + f + w), g the server-wide rate by position
   (itself decayed counts over every request) and w = ``prior_weight`` pseudo-observations, so a new request
   starts from what the server sees;
@@ -27,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 GLOBAL_DECAY = 0.98  # per verify step: the server-wide counts remember about the last 50 steps
+MAX_BACKOFF = 6  # a parked request's evidence fades at least at request_rate / 64 per step
 
 
 class AcceptanceTracker:
@@ -41,6 +48,7 @@ class AcceptanceTracker:
         self._global = np.stack([np.full(max_len, 2.0 * prior), np.full(max_len, 2.0 * (1.0 - prior))])
         self._rows: dict[str, int] = {}
         self._counts = np.zeros((2, initial_capacity, max_len))  # [successes, failures] x rows x positions
+        self._backoff = np.zeros(initial_capacity, dtype=np.int64)  # failed probes in a row, per row
         self._free: list[int] = list(range(initial_capacity - 1, -1, -1))
         self._positions = np.arange(max_len)
 
@@ -58,9 +66,11 @@ class AcceptanceTracker:
             if not self._free:
                 old = self._counts.shape[1]
                 self._counts = np.concatenate([self._counts, np.zeros_like(self._counts)], axis=1)
+                self._backoff = np.concatenate([self._backoff, np.zeros_like(self._backoff)])
                 self._free.extend(range(2 * old - 1, old - 1, -1))
             row = self._free.pop()
             self._counts[:, row] = 0.0
+            self._backoff[row] = 0
             self._rows[rid] = row
         return row
 
@@ -96,7 +106,12 @@ class AcceptanceTracker:
         observed = (t <= accepted[:, None]) & (t < proposed[:, None])  # accepted run plus the first rejection
         success = (observed & (t < accepted[:, None])).astype(np.float64)
         failure = observed.astype(np.float64) - success
-        self._counts[:, rows] = self._counts[:, rows] * (1.0 - self.request_rate) + np.stack([success, failure])
+        drafted = proposed > 0
+        backoff = self._backoff[rows]
+        keep = 1.0 - np.where(drafted, self.request_rate, self.request_rate / 2.0 ** backoff)
+        self._counts[:, rows] = self._counts[:, rows] * keep[None, :, None] + np.stack([success, failure])
+        self._backoff[rows] = np.where(drafted, np.where(accepted > 0, 0, np.minimum(backoff + 1, MAX_BACKOFF)),
+                                       backoff)
         self._global = self._global * GLOBAL_DECAY + np.stack([success.sum(axis=0), failure.sum(axis=0)])
 
     def forget(self, rid: str) -> None:

@@ -34,14 +34,26 @@ def test_always_accepted_and_always_rejected_requests_diverge():
     assert sure.min() > 0.9 and random[0] < 0.1
 
 
-def test_a_parked_request_regains_optimism_as_its_evidence_fades():
+def test_a_parked_request_regains_optimism_slower_after_each_failed_probe():
     tracker = AcceptanceTracker(max_len=2, prior=0.5, request_rate=0.3, explore=1.0)
-    for _ in range(30):
-        tracker.observe(["x", "y"], proposed=np.array([2, 2]), accepted=np.array([0, 2]))
-    low = tracker.accept_probs(["x"])[0, 0]
-    for _ in range(10):  # parked at length 0: nothing observed, old failures fade
-        tracker.observe(["x", "y"], proposed=np.array([0, 2]), accepted=np.array([0, 2]))
-    assert tracker.accept_probs(["x"])[0, 0] > low + 0.3
+    tracker.observe(["once", "often", "y"], proposed=np.array([2, 2, 2]), accepted=np.array([0, 0, 2]))
+    for _ in range(29):
+        tracker.observe(["often", "y"], proposed=np.array([2, 2]), accepted=np.array([0, 2]))
+    low = tracker.accept_probs(["once", "often"])[:, 0]
+
+    def park(steps):  # length 0: nothing observed, old failures fade
+        for _ in range(steps):
+            tracker.observe(["once", "often", "y"], proposed=np.array([0, 0, 2]), accepted=np.array([0, 0, 2]))
+        return tracker.accept_probs(["once", "often"])[:, 0]
+
+    once, often = park(5)
+    assert once > low[0] + 0.2  # one failure: probed again soon
+    assert often < low[1] + 0.05  # failed probe after failed probe: waits far longer
+    assert park(1000)[1] > low[1] + 0.3  # but is not written off for good
+    tracker.observe(["often"], proposed=np.array([1]), accepted=np.array([1]))  # a probe that passes ends the
+    tracker.observe(["often"], proposed=np.array([1]), accepted=np.array([0]))  # back-off: after one failure,
+    before = tracker.accept_probs(["often"])[0, 0]
+    assert park(5)[1] > before + 0.1  # it is probed again soon
 
 
 def test_a_failing_request_drops_within_a_few_steps():
