@@ -1,6 +1,7 @@
 """Draft-tree ops of ``sgl_kernel`` for the CPU engine: EAGLE tree build, greedy verify, NGRAM tree decode.
 
-Batch sizes are small on CPU, so the tree walks loop over requests in Python over plain lists; the spec is
+The tree walks loop over requests in Python over plain lists, read from the tensors in one copy each and written
+back in one write each (per-element tensor access would cost more than the walk at batch 32); the spec is
 the Triton code in ``kernels/ops/speculative/spec_tree.py`` and ``reconstruct_tree.py`` of the SGLang 0.5.23
 wheel.
 """
@@ -96,31 +97,34 @@ def build_tree_kernel_efficient_cpu(
         raise ValueError(f"build_tree_kernel_efficient_cpu: unknown tree_mask_mode {tree_mask_mode!r}")
     n = draft_token_num
     bs = verified_seq_len.numel()
-    seq_lens = verified_seq_len.reshape(-1).tolist()
-    flat_mask = tree_mask.view(-1)
-    flat_positions = positions.view(-1)
-    mask_prefix = 0  # FULL_MASK: sum of earlier requests' seq_len, times n
+    if bs == 0:
+        return
+    # one host copy of every input and one write per output: per-element tensor writes cost more than the walk
+    seq_lens = [int(x) for x in verified_seq_len.reshape(-1).tolist()]
+    selected_rows = selected_index[:bs].tolist()
+    parent_rows = parent_list[:bs].tolist() if parent_list.dim() > 1 else [parent_list.tolist()] * bs
+    next_tokens, next_siblings = retrieve_next_token[:bs].tolist(), retrieve_next_sibling[:bs].tolist()
+    blocks, positions_rows = [], []
     for b in range(bs):
-        selected = selected_index[b].tolist()
-        parents = parent_list[b].tolist() if parent_list.dim() > 1 else parent_list.tolist()
-        seq_len = int(seq_lens[b])
-
-        next_token = retrieve_next_token[b].tolist()
-        next_sibling = retrieve_next_sibling[b].tolist()
-        _link_children(selected, parents, topk, n, next_token, next_sibling)
-        retrieve_next_token[b] = torch.tensor(next_token, dtype=retrieve_next_token.dtype)
-        retrieve_next_sibling[b] = torch.tensor(next_sibling, dtype=retrieve_next_sibling.dtype)
-        retrieve_index[b] = torch.arange(b * n, (b + 1) * n, dtype=retrieve_index.dtype)
-
+        selected, parents = selected_rows[b], parent_rows[b]
+        _link_children(selected, parents, topk, n, next_tokens[b], next_siblings[b])
         rows, levels = zip(*(_mask_row_and_depth(selected, parents, topk, depth, n, x) for x in range(n)))
-        block = torch.tensor(rows, dtype=torch.bool)
-        if mode == QLEN_ONLY:
-            flat_mask[n * n * b : n * n * (b + 1)] = block.view(-1)
-        else:
-            base = n * n * b + mask_prefix
-            flat_mask[base : base + n * (seq_len + n)].view(n, seq_len + n)[:, seq_len:] = block
-            mask_prefix += seq_len * n
-        flat_positions[b * n : (b + 1) * n] = torch.tensor(levels, dtype=torch.int64) + seq_len
+        blocks.append(rows)
+        positions_rows.append([level + seq_lens[b] for level in levels])
+    retrieve_next_token[:bs] = torch.tensor(next_tokens, dtype=retrieve_next_token.dtype)
+    retrieve_next_sibling[:bs] = torch.tensor(next_siblings, dtype=retrieve_next_sibling.dtype)
+    retrieve_index[:bs] = torch.arange(bs * n, dtype=retrieve_index.dtype).view(bs, n)
+    positions.view(-1)[: bs * n] = torch.tensor(positions_rows, dtype=positions.dtype).view(-1)
+    block = torch.tensor(blocks, dtype=torch.bool)  # [bs, n, n]
+    flat_mask = tree_mask.view(-1)
+    if mode == QLEN_ONLY:
+        flat_mask[: n * n * bs] = block.view(-1)
+        return
+    mask_prefix = 0  # FULL_MASK: sum of earlier requests' seq_len, times n
+    for b, seq_len in enumerate(seq_lens):
+        base = n * n * b + mask_prefix
+        flat_mask[base : base + n * (seq_len + n)].view(n, seq_len + n)[:, seq_len:] = block[b]
+        mask_prefix += seq_len * n
 
 
 def verify_tree_greedy_cpu(
@@ -144,15 +148,17 @@ def verify_tree_greedy_cpu(
     (``spec_tree.py:211``).
     """
     bs = candidates.shape[0]
+    if bs == 0:
+        return
     num_steps = accept_index.shape[1]
+    # one host copy of every input and one write per output: per-element tensor access cost more than the walk
     target = target_predict.reshape(-1).tolist()
-    flat_predicts = predicts.view(-1)
+    cands, indices = candidates.tolist(), retrive_index.tolist()
+    next_tokens, next_siblings = retrive_next_token.tolist(), retrive_next_sibling.tolist()
+    accept_rows = accept_index[:bs].tolist()
+    slots, tokens, counts = [], [], []
     for b in range(bs):
-        cand = candidates[b].tolist()
-        index = retrive_index[b].tolist()
-        next_token = retrive_next_token[b].tolist()
-        next_sibling = retrive_next_sibling[b].tolist()
-
+        cand, index, next_token, next_sibling = cands[b], indices[b], next_tokens[b], next_siblings[b]
         last = int(index[0])
         accepted = [last]
         cur = 0
@@ -163,12 +169,17 @@ def verify_tree_greedy_cpu(
                 cur = next_sibling[cur]
             if cur == -1:
                 break
-            flat_predicts[last] = want
+            slots.append(last)
+            tokens.append(want)
             last = int(index[cur])
             accepted.append(last)
-        accept_index[b, : len(accepted)] = torch.tensor(accepted, dtype=accept_index.dtype)
-        accept_token_num[b] = len(accepted) - 1
-        flat_predicts[last] = target[last]
+        accept_rows[b][: len(accepted)] = accepted
+        counts.append(len(accepted) - 1)
+        slots.append(last)
+        tokens.append(target[last])
+    predicts.view(-1)[torch.tensor(slots, dtype=torch.int64)] = torch.tensor(tokens, dtype=predicts.dtype)
+    accept_index[:bs] = torch.tensor(accept_rows, dtype=accept_index.dtype)
+    accept_token_num.view(-1)[:bs] = torch.tensor(counts, dtype=accept_token_num.dtype)
 
 
 def reconstruct_indices_from_tree_mask(
