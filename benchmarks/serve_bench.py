@@ -129,7 +129,8 @@ def parse_args(argv):
     parser.add_argument("--tag", help="results file suffix (default: quick or full)")
     parser.add_argument("--out-dir", type=Path, default=RESULTS, help="where results and server logs go")
     args = parser.parse_args(argv)
-    args.tag = args.tag or ("quick" if args.quick else "full") + ("" if args.prompts == "standard" else f"-{args.prompts}") + (
+    prompt_tag = "" if args.prompts == "standard" else f"-{args.prompts}"
+    args.tag = args.tag or ("quick" if args.quick else "full") + prompt_tag + (
         "-smollm2" if args.model == "smollm2" and not args.model_path else "")
     if args.model == "smollm2" and not args.model_path:
         args.model_path = "smollm2"  # the launcher resolves the alias and adds the matching draft

@@ -34,7 +34,8 @@ async def _one(session, url: str, request: Request, start: float, progress) -> R
     await asyncio.sleep(max(0.0, start + request.at - time.perf_counter()))
     sent = time.perf_counter()
     body = {"text": request.prompt, "stream": True,
-            "sampling_params": {"temperature": request.temperature, "max_new_tokens": request.max_new_tokens, "ignore_eos": True}}
+            "sampling_params": {"temperature": request.temperature, "max_new_tokens": request.max_new_tokens,
+                                "ignore_eos": True}}
     result = Result(request.kind, ok=False, greedy=request.temperature == 0)
     try:
         async with session.post(url + "/generate", json=body) as response:

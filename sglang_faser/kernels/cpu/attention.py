@@ -201,7 +201,7 @@ def _extend_batched(q_extend, o_extend, k_buffer, v_buffer, key_scale, value_sca
                     ext_lens, starts, kind, tree_mask, sm_scale, logit_cap) -> None:
     """``extend_attention_cpu`` for short extends, all requests in one padded pass (same masks as ``_visible``)."""
     bs = len(ext_lens)
-    if max(ext_lens) == 1 and starts == list(range(bs)) and _one_row_sees_all(kind, tree_mask, lens):  # it is a decode
+    if max(ext_lens) == 1 and starts == list(range(bs)) and _one_row_sees_all(kind, tree_mask, lens):  # a decode
         out = _attend_padded(q_extend[:bs, None], k_buffer, v_buffer, key_scale, value_scale, req_to_token,
                              torch.tensor(pools, dtype=torch.int64), torch.tensor(lens), None, sm_scale, logit_cap)
         o_extend[:bs] = out[:, 0].to(o_extend.dtype)
