@@ -13,7 +13,7 @@ median repeat is reported, with the ratio faser-k0 / no-spec (the goal: <= 1.05)
 FASER's worker holding every request at K inside a window of 7 (``faser-fixed-K``: depth tiers, ragged verify, draft
 cut, decision and record all run). Both draft and accept the same tokens, so their time per token is the cost of
 FASER's own path (the ratio faser-fixed-K / fixed-K).
-Writes ``benchmarks/results/k0_step_cost.{json,md}``.
+Writes ``benchmarks/results/k0_step_cost.{json,md,png}`` (``--plot-only`` redraws the plot from the JSON).
 """
 
 from __future__ import annotations
@@ -65,7 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model-path", default=None)
     ap.add_argument("--fixed", type=int, default=0, help="also compare FASER held at this length with stock SGLang")
     ap.add_argument("--out", type=Path, default=RESULTS / "k0_step_cost")
+    ap.add_argument("--plot-only", action="store_true", help="redraw the plot from an earlier run's JSON")
     args, extra = ap.parse_known_args(argv)
+    if args.plot_only:
+        plot(json.loads(args.out.with_suffix(".json").read_text())["rows"], args.out.with_suffix(".png"))
+        return 0
     model = ["--model-path", args.model_path] if args.model_path else []
     base = model + ["--faser-control", "off", "--max-total-tokens", "16384", "--sleep-on-idle", *extra]
     configs = {"no-spec": base, "faser-k0": base + spec_flags(args.algorithm, 3, "--faser-mode", "off")}
@@ -108,7 +112,33 @@ def main(argv: list[str] | None = None) -> int:
             "new_tokens": args.new_tokens, "repeats": args.repeats, "statistic": "median of alternating repeats"}
     args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     args.out.with_suffix(".md").write_text("\n".join(md) + "\n")
+    plot(rows, args.out.with_suffix(".png"))
     return 0
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """Time per token by batch size, one bar per configuration (median repeat, every repeat as a dot)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(rows[0]["ms"])
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.8 / len(names)
+    for i, name in enumerate(names):
+        xs = [j + (i - (len(names) - 1) / 2) * width for j in range(len(rows))]
+        ax.bar(xs, [r["ms"][name] for r in rows], width, label=name)
+        for x, r in zip(xs, rows):
+            ax.plot([x] * len(r["samples"][name]), r["samples"][name], "k.", markersize=3)
+    ax.set_xticks(range(len(rows)), [f"B = {r['batch']}" for r in rows])
+    ax.set_ylabel("ms per token (median over the batch)")
+    ax.set_title("k = 0 step and FASER's own path against plain SGLang (CPU)")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ Prints a table with ratios against no-spec and the best fixed length, and writes
 configurations alternating within each repeat (median of the repeats). It checks the policy at the two extremes:
 with drafts that always pass FASER should reach the window (max-len) within a few steps and run as fast as the best
 fixed length; with drafts that never pass, as fast as no speculation. The server's start-up sweep runs during a
-warm-up request of each kind. Writes ``spec_lengths_cpu_batch1.{json,md}``.
+warm-up request of each kind. Writes ``spec_lengths_cpu_batch1.{json,md,png}``.
 """
 
 from __future__ import annotations
@@ -217,6 +217,29 @@ def batch_one(suite, args) -> None:
     (RESULTS / "spec_lengths_cpu_batch1.json").write_text(json.dumps({"args": vars(args), "kinds": table},
                                                                       indent=1) + "\n")
     (RESULTS / "spec_lengths_cpu_batch1.md").write_text(text)
+    plot_batch_one(table, RESULTS / "spec_lengths_cpu_batch1.png")
+
+
+def plot_batch_one(table: dict, path: Path) -> None:
+    """Tokens/s per configuration for sure and doomed prompts (median repeat, every repeat as a dot)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(table), figsize=(5 * len(table), 4))
+    for ax, (kind, entry) in zip(axes, table.items()):
+        names = list(entry["rows"])
+        ax.bar(names, [entry["rows"][n]["tok_per_s"] for n in names])
+        for i, n in enumerate(names):
+            repeats = entry["rows"][n]["repeats_tok_per_s"]
+            ax.plot([i] * len(repeats), repeats, "k.", markersize=3)
+        ax.set_title(f"{kind} prompts: FASER {entry['faser_vs_target']:.2f}x {entry['target']}")
+        ax.set_ylabel("output tokens/s (batch 1)")
+        ax.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def main() -> None:
