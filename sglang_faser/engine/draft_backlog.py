@@ -1,11 +1,12 @@
 """The draft's backlog after steps without speculation: what it skipped, to catch up in one pass when drafting resumes.
 
 A step where every request has k = 0 is close to a plain decode: the target verifies one row per request and
-SGLang's draft-extend (a whole draft forward over the batch) is skipped, so such a step runs no draft model. The draft's state then falls behind: its KV lacks the skipped positions and its next-token
-guess is stale. ``DraftBacklog`` keeps, per skipped step, the rows the draft-extend would have consumed (the
-token each request verified and, for EAGLE, the target's feature at that row); when a step drafts again,
-``take`` hands back each request's skipped rows, in position order, for one batched draft extend over all of
-them (``touchpoints.catch_up_draft``), after which drafting proceeds as if nothing had been skipped.
+SGLang's draft-extend (a whole draft forward over the batch) is skipped, so such a step runs no draft model. The
+draft's state then falls behind: its KV lacks the skipped positions and its next-token guess is stale.
+``DraftBacklog`` keeps, per skipped step, the rows the draft-extend would have consumed (the token each request
+verified and, for EAGLE, the target's feature at that row); when a step drafts again, ``take`` hands back each
+request's skipped rows, in position order, for one batched draft extend over all of them
+(``touchpoints.catch_up_draft``), after which drafting proceeds as if nothing had been skipped.
 
 Each request's skipped rows are contiguous positions ending just before its current length: every whole-batch
 k = 0 step advances each of its requests by exactly one token, and any step that drafts catches everyone up.
