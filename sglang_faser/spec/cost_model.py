@@ -3,24 +3,35 @@
 The goodput policy divides expected tokens by this cost (faser-algorithms.md §1.3, §5, §6.2), so the model must
 be measured on the hardware it runs on: the SGLang layer profiles it at start-up with real forward passes and then
 feeds it the measured time of every step. Two linear models, fitted by least squares with non-negative
-coefficients:
+coefficients, once over every sample and once per batch-size bucket (powers of two), where samples of nearby
+buckets weigh more; a step is priced by its own bucket's fit (costs are not linear in the batch size over the
+whole range: on CPU an attention pass costs more per request at 32 requests than at 4):
 
-    verify_ms(B, tokens)      = v0 + v_req * B + v_tok * tokens     (one TARGET_VERIFY pass over `tokens` rows;
-                                                                    a step verified in frontiers pays v0 per pass)
-    draft_ms(B, steps, rows)  = d0 + d_req * B [steps > 0] + d_step * steps + d_row * rows
+    verify_ms(B, tokens)            = v0 + v_req * B + v_tok * tokens   (one TARGET_VERIFY pass over `tokens` rows;
+                                                                        a step verified in frontiers pays v0 per pass)
+    draft_ms(B, steps, rows)        = d0 + (d_ext + d_req * B) [steps > 0] + d_step * steps + d_row * rows
 
-The draft side is the rest of the step: d0 the scheduler's and our host work of every step, d_req * B the
-draft-extend that keeps the draft current, paid only by steps that draft (a step where every k_i = 0 skips it,
-and the draft catches up when drafting resumes: ``engine/draft_backlog.py``), d_step each draft forward's fixed
-cost, d_row each request drafted in it. Drafting is cut per request
+The draft side is the rest of the step: d0 the scheduler's and our host work of every step, d_ext + d_req * B the
+draft-extend that keeps the draft current (a draft pass over the verified window: a fixed part and a part per
+request), paid only by steps that draft (a step where every k_i = 0 skips it, and the draft catches up when
+drafting resumes: ``engine/draft_backlog.py``), d_step each draft forward's fixed cost, d_row each request drafted
+in it. Drafting is cut per request
 (``engine/draft_cut.py``): forward s only runs for requests with k_i >= s + 2, so ``rows`` = sum(max(k_i - 1, 0))
 and a request held at k_i = 1 costs no draft row however deep the step goes. Where the cut is not available the
 draft runs every request to the step's depth: ``rows`` = B * (steps - 1) (:func:`full_depth_rows`).
 
+Which part of a cost is fixed and which grows with the batch cannot be told apart from steps of one batch size
+(a server's first steps, and its start-up sweep, often see one or two requests). The fit then puts the cost on
+the fixed terms: the per-request terms carry a small ridge penalty, so they only take what batch-size variation in
+the samples shows. That errs towards pricing speculation at a larger batch too cheaply, which the policy then
+tries and the fit corrects, rather than too dearly, which it would never try again (a step without drafts says
+nothing about what drafting costs).
+
 Profile samples stay as a prior; online samples live in a sliding window, so the fit follows load and thermal
 drift without forgetting the shape the profile established. One-off stalls are dropped by comparing each sample
-with what the current fit predicts for its own shape, so a burst's large-batch steps (slow, but as slow as
-their shape says) are kept.
+with what the current fit predicts for its own shape and with the typical sample of its batch-size bucket, so a
+burst's large-batch steps (slow, but as slow as their shape says) are kept, even before the fit has seen a batch
+that large.
 """
 
 from __future__ import annotations
@@ -32,6 +43,8 @@ import numpy as np
 
 VERIFY, DRAFT = "verify", "draft"
 OUTLIER_FACTOR = 4.0
+LOCAL_WEIGHT = 0.25  # a sample's weight in the fit for a batch-size bucket, per bucket away from it
+RIDGE = 1e-4  # penalty on the per-request terms, relative to each term's own sum of squares
 
 
 def _verify_features(batch, tokens) -> np.ndarray:
@@ -41,7 +54,13 @@ def _verify_features(batch, tokens) -> np.ndarray:
 
 def _draft_features(batch, steps, rows) -> np.ndarray:
     batch, steps, rows = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (batch, steps, rows)))
-    return np.stack([np.ones_like(batch), batch * (steps > 0), steps, rows], axis=-1)
+    drafts = (steps > 0).astype(float)
+    return np.stack([np.ones_like(batch), drafts, batch * drafts, steps, rows], axis=-1)
+
+
+# the terms that grow with the batch (ridge-penalised), by phase: verify [v0, v_req, v_tok], draft [d0, d_ext,
+# d_req, d_step, d_row]
+PER_REQUEST = {VERIFY: np.array([False, True, True]), DRAFT: np.array([False, False, True, False, True])}
 
 
 def full_depth_rows(batch, steps):
@@ -54,19 +73,38 @@ def cut_rows(lengths: np.ndarray) -> int:
     return int(np.maximum(np.asarray(lengths) - 1, 0).sum())
 
 
-def _fit_nonnegative(x: np.ndarray, y: np.ndarray, fallback: np.ndarray) -> np.ndarray:
-    """Least squares with non-negative coefficients (a cost never falls as work grows).
+def _kept(x: np.ndarray, y: np.ndarray, batch: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+    """Which samples to keep: those at most ``OUTLIER_FACTOR`` x what the current fit (``fallback``) predicts for
+    their shape or x the median of their batch-size bucket. One-off stalls (first use of a runtime state, lazy
+    initialisation, a busy machine) would otherwise dominate a window of a few hundred steps, while a burst's
+    large batches are slow because of their shape and stay, even when the fit has not seen that batch size yet
+    and predicts it too cheap."""
+    bucket = batch_bucket(batch)
+    typical = np.zeros_like(y)
+    for b in np.unique(bucket):
+        typical[bucket == b] = np.median(y[bucket == b])
+    return y <= OUTLIER_FACTOR * np.maximum(x @ fallback, typical)
 
-    Terms whose coefficient comes out negative are dropped and the rest refitted, until none is negative.
-    Samples above ``OUTLIER_FACTOR`` x what the current fit (``fallback``) predicts for their shape, and above that
-    factor x the median, are ignored: one-off stalls (first use of a runtime state, lazy initialisation, a busy
-    machine) would otherwise dominate a window of a few hundred steps, while a burst's large batches are slow
-    because of their shape and stay.
+
+def batch_bucket(batch) -> np.ndarray:
+    """Batch sizes by powers of two: 1, 2-3, 4-7, ..."""
+    return np.floor(np.log2(np.maximum(np.asarray(batch, dtype=float), 1.0))).astype(np.int64)
+
+
+def _fit_nonnegative(x: np.ndarray, y: np.ndarray, fallback: np.ndarray, penalised: np.ndarray,
+                     weight: np.ndarray | None = None) -> np.ndarray:
+    """Least squares with non-negative coefficients (a cost never falls as work grows), the ``penalised`` terms
+    ridge-penalised by ``RIDGE`` x their own sum of squares (see the module docstring); ``weight``: each
+    sample's weight (weighted least squares). Terms whose coefficient comes out negative are dropped and the rest
+    refitted, until none is negative.
     """
-    keep_rows = y <= OUTLIER_FACTOR * np.maximum(x @ fallback, np.median(y))
-    x, y = x[keep_rows], y[keep_rows]
-    if len(y) < x.shape[1]:
+    if len(y) < (~penalised).sum():  # the penalised terms are pinned by the ridge
         return fallback
+    if weight is not None:
+        root = np.sqrt(weight)
+        x, y = x * root[:, None], y * root
+    ridge = np.diag(np.sqrt(RIDGE * (x * x).sum(axis=0)) * penalised)[penalised]
+    x, y = np.vstack([x, ridge]), np.concatenate([y, np.zeros(len(ridge))])
     active = np.ones(x.shape[1], dtype=bool)
     coef = np.zeros(x.shape[1])
     while active.any():
@@ -83,7 +121,7 @@ class StepCostModel:
     """Linear step costs in milliseconds; see the module docstring for the terms."""
 
     verify_coef: np.ndarray = field(default_factory=lambda: np.array([1.0, 0.0, 0.05]))
-    draft_coef: np.ndarray = field(default_factory=lambda: np.array([0.2, 0.0, 0.2, 0.0]))
+    draft_coef: np.ndarray = field(default_factory=lambda: np.array([0.2, 0.0, 0.0, 0.2, 0.0]))
     window: int = 256
     refit_every: int = 32
     draft_cut: bool = False  # the runtime drafts each request only as far as its length (set by the worker)
@@ -92,23 +130,48 @@ class StepCostModel:
     def __post_init__(self) -> None:
         self.verify_coef = np.asarray(self.verify_coef, dtype=float)
         self.draft_coef = np.asarray(self.draft_coef, dtype=float)
-        self._prior: dict[str, list[tuple[np.ndarray, float]]] = {VERIFY: [], DRAFT: []}
+        self._prior: dict[str, list[tuple[np.ndarray, float, int]]] = {VERIFY: [], DRAFT: []}  # features, ms, B
         self._online: dict[str, deque] = {VERIFY: deque(maxlen=self.window), DRAFT: deque(maxlen=self.window)}
+        self._local: dict[str, dict[int, np.ndarray]] = {VERIFY: {}, DRAFT: {}}  # batch bucket -> coefficients
+        self._kept_samples: dict[str, tuple | None] = {VERIFY: None, DRAFT: None}  # (x, y, bucket) of the last refit
         self._since_refit = 0
+
+    def coefs(self, phase: str, batch) -> np.ndarray:
+        """The coefficients that price a step of ``batch`` requests (scalar, or an array: one row each): the fit
+        local to its batch-size bucket (the global fit before the first refit)."""
+        fitted = self.verify_coef if phase == VERIFY else self.draft_coef
+        if self._kept_samples[phase] is None:
+            return fitted
+        batch = np.asarray(batch)
+        if batch.ndim == 0:
+            return self._local_fit(phase, int(batch_bucket(batch)))
+        rows = [self._local_fit(phase, int(b)) for b in batch_bucket(batch).ravel()]
+        return np.stack(rows).reshape(batch.shape + fitted.shape)
+
+    def _local_fit(self, phase: str, bucket: int) -> np.ndarray:
+        """The fit for one batch-size bucket, made when first asked for after a refit (a step asks for one); with
+        no sample in the bucket itself, the nearest buckets' samples dominate it."""
+        local = self._local[phase]
+        if bucket not in local:
+            x, y, buckets = self._kept_samples[phase]
+            fitted = self.verify_coef if phase == VERIFY else self.draft_coef
+            weight = LOCAL_WEIGHT ** np.abs(buckets - bucket).astype(float)
+            local[bucket] = _fit_nonnegative(x, y, fitted, PER_REQUEST[phase], weight=weight)
+        return local[bucket]
 
     # -- queries (vectorised over candidate plans) ------------------------------------------------------
     def verify_ms(self, batch, tokens) -> np.ndarray:
-        v0, v_req, v_tok = self.verify_coef
+        v0, v_req, v_tok = np.moveaxis(self.coefs(VERIFY, batch), -1, 0)
         return v0 + v_req * np.asarray(batch, dtype=float) + v_tok * np.asarray(tokens, dtype=float)
 
     def draft_ms(self, batch, steps, rows=None) -> np.ndarray:
         """Drafting ``steps`` positions (``rows`` request-forwards in all; default: every request at every step)
         for ``batch`` requests, plus the draft-extend that keeps the draft current."""
-        d0, d_req, d_step, d_row = self.draft_coef
+        d0, d_ext, d_req, d_step, d_row = np.moveaxis(self.coefs(DRAFT, batch), -1, 0)
         rows = full_depth_rows(batch, steps) if rows is None else rows
         steps = np.asarray(steps, dtype=float)
-        return d0 + d_req * np.asarray(batch, dtype=float) * (steps > 0) + d_step * steps + d_row * np.asarray(
-            rows, dtype=float)
+        return (d0 + (d_ext + d_req * np.asarray(batch, dtype=float)) * (steps > 0) + d_step * steps
+                + d_row * np.asarray(rows, dtype=float))
 
     def plan_rows(self, lengths: np.ndarray) -> int | None:
         """Draft rows a plan costs on this runtime (None: every request to the depth, draft_ms's default)."""
@@ -124,23 +187,27 @@ class StepCostModel:
 
     def step_ms(self, batch, verify_tokens, draft_steps, draft_rows=None) -> np.ndarray:
         extra_passes = self.verify_passes(draft_steps) - 1
-        return (self.verify_ms(batch, verify_tokens) + self.verify_coef[0] * extra_passes
+        return (self.verify_ms(batch, verify_tokens) + self.coefs(VERIFY, batch)[..., 0] * extra_passes
                 + self.draft_ms(batch, draft_steps, draft_rows))
 
     # -- measurements ------------------------------------------------------------------------------------
     def add_profile_sample(self, phase: str, batch: int, size: int, ms: float, rows: int | None = None) -> None:
         """A start-up measurement: ``size`` is verified tokens (verify) or draft steps (draft, with the draft
         ``rows`` computed; default: every request at every step)."""
-        self._prior[phase].append((self._features(phase, batch, size, rows), float(ms)))
+        self._prior[phase].append((self._features(phase, batch, size, rows), float(ms), batch))
 
     def record(self, phase: str, batch: int, size: int, ms: float, rows: int | None = None) -> None:
         """An online measurement of a real step; the model is refitted every ``refit_every`` samples."""
-        self._online[phase].append((self._features(phase, batch, size, rows), float(ms)))
+        self._online[phase].append((self._features(phase, batch, size, rows), float(ms), batch))
         self._since_refit += 1
         if self._since_refit >= self.refit_every:
             self.refit()
 
     def refit(self) -> None:
+        """The global fit (every sample alike) and one fit per batch-size bucket seen, weighting samples by
+        ``LOCAL_WEIGHT`` ^ (buckets away): costs are not linear in the batch size over the whole range (a CPU
+        attention pass at 32 requests costs more per request than at 4), so a step is priced from samples of
+        batches like its own, and by the global fit where there are none."""
         self._since_refit = 0
         for phase in (VERIFY, DRAFT):
             samples = self._prior[phase] + list(self._online[phase])
@@ -148,12 +215,17 @@ class StepCostModel:
                 continue
             x = np.stack([s[0] for s in samples])
             y = np.array([s[1] for s in samples])
+            bucket = batch_bucket([s[2] for s in samples])
             current = self.verify_coef if phase == VERIFY else self.draft_coef
-            fitted = _fit_nonnegative(x, y, current)
+            keep = _kept(x, y, np.array([s[2] for s in samples]), current)
+            x, y, bucket = x[keep], y[keep], bucket[keep]
+            fitted = _fit_nonnegative(x, y, current, PER_REQUEST[phase])
             if phase == VERIFY:
                 self.verify_coef = fitted
             else:
                 self.draft_coef = fitted
+            self._kept_samples[phase] = (x, y, bucket)
+            self._local[phase] = {}
 
     @staticmethod
     def _features(phase: str, batch: int, size: int, rows: int | None = None) -> np.ndarray:
@@ -164,11 +236,12 @@ class StepCostModel:
         raise ValueError(f"unknown phase {phase!r}")
 
     def mean_abs_pct_error(self, phase: str) -> float | None:
-        """MAPE of the current fit over the online window (the paper reports its profiler's MAPE)."""
+        """MAPE of the fits that price steps (by batch-size bucket) over the online window (the paper reports its
+        profiler's MAPE)."""
         samples = list(self._online[phase])
         if not samples:
             return None
         x = np.stack([s[0] for s in samples])
         y = np.array([s[1] for s in samples])
-        coef = self.verify_coef if phase == VERIFY else self.draft_coef
-        return float(np.mean(np.abs(x @ coef - y) / np.maximum(y, 1e-9)))
+        coef = self.coefs(phase, np.array([s[2] for s in samples]))
+        return float(np.mean(np.abs((x * coef).sum(axis=-1) - y) / np.maximum(y, 1e-9)))

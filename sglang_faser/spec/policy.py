@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sglang_faser.spec.cost_model import StepCostModel
+from sglang_faser.spec.cost_model import DRAFT, VERIFY, StepCostModel
 
 
 @dataclass(frozen=True)
@@ -122,12 +122,12 @@ class GoodputPolicy(LengthPolicy):
         times their marginal cost, clipped to its bounds and the cap D."""
         ks = np.arange(width + 1)
         depths = ks[:, None]  # one candidate cap per possible depth, [D, 1]
-        v0, v_req, v_tok = cost.verify_coef
-        d0, d_req, d_step, d_row = cost.draft_coef
+        v0, v_req, v_tok = cost.coefs(VERIFY, batch)
+        d0, d_ext, d_req, d_step, d_row = cost.coefs(DRAFT, batch)
         # the per-request part of the cost: rows past the root, and draft rows where drafting is cut per request
         per_k = v_tok * ks + (d_row * np.maximum(ks - 1, 0) if cost.draft_cut else 0.0)  # [K + 1]
         fixed = (v0 * cost.verify_passes(depths[:, 0]) + (v_req + v_tok) * batch + d0 + d_step * depths[:, 0]
-                 + d_req * batch * (depths[:, 0] > 0)  # the draft-extend: only steps that draft pay it
+                 + (d_ext + d_req * batch) * (depths[:, 0] > 0)  # the draft-extend: only steps that draft pay it
                  + (0.0 if cost.draft_cut else d_row * batch * np.maximum(depths[:, 0] - 1, 0)))  # [D]
         worth = np.ascontiguousarray((np.diff(gain, axis=1) / np.maximum(np.diff(per_k), 1e-12)[None, :]).T)  # [K, B]
         low = min_lens[None, :]

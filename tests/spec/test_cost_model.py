@@ -14,7 +14,7 @@ def test_profile_fit_recovers_a_linear_verify_cost():
         for tokens in (batch, 2 * batch, 4 * batch):
             model.add_profile_sample(VERIFY, batch, tokens, 3.0 + 0.1 * batch + 0.5 * tokens)
     model.refit()
-    assert model.verify_coef == pytest.approx([3.0, 0.1, 0.5], abs=1e-6)
+    assert model.verify_coef == pytest.approx([3.0, 0.1, 0.5], rel=1e-2)  # the ridge's bias is tiny
 
 
 def test_draft_cost_grows_with_steps_and_coefficients_stay_nonnegative():
@@ -44,7 +44,7 @@ def test_online_samples_move_the_fit():
 
 
 def test_vectorised_queries():
-    model = StepCostModel(verify_coef=[1.0, 0.0, 1.0], draft_coef=[0.5, 0.0, 2.0, 0.0])
+    model = StepCostModel(verify_coef=[1.0, 0.0, 1.0], draft_coef=[0.5, 0.0, 0.0, 2.0, 0.0])
     ms = model.step_ms(4, np.array([4, 8, 12]), np.array([0, 1, 2]))
     assert ms.tolist() == [5.5, 11.5, 17.5]
 
@@ -56,7 +56,7 @@ def test_one_off_stalls_do_not_distort_the_fit():
             model.add_profile_sample(DRAFT, batch, steps, 2.0 + 3.0 * steps)
     model.add_profile_sample(DRAFT, 4, 3, 10_000.0)  # first use of a runtime state
     model.refit()
-    assert model.draft_coef == pytest.approx([2.0, 0.0, 3.0, 0.0], abs=1e-6)
+    assert model.draft_coef == pytest.approx([2.0, 0.0, 0.0, 3.0, 0.0], abs=1e-6)
 
 
 def test_draft_rows_are_fitted_apart_from_draft_steps():
@@ -64,14 +64,51 @@ def test_draft_rows_are_fitted_apart_from_draft_steps():
     for batch in (1, 4, 16):
         for steps in range(0, 6):
             for rows in {0, batch * max(steps - 1, 0), max(steps - 1, 0)}:
-                ms = 1.0 + 0.2 * batch * (steps > 0) + 0.5 * steps + 0.3 * rows
+                ms = 1.0 + (0.7 + 0.2 * batch) * (steps > 0) + 0.5 * steps + 0.3 * rows
                 model.add_profile_sample(DRAFT, batch, steps, ms, rows=rows)
     model.refit()
-    assert model.draft_coef == pytest.approx([1.0, 0.2, 0.5, 0.3], abs=1e-6)
+    assert model.draft_coef == pytest.approx([1.0, 0.7, 0.2, 0.5, 0.3], rel=1e-3)
     assert model.draft_ms(16, 0) == pytest.approx(1.0)  # a step without drafts skips the draft-extend
-    assert model.draft_ms(16, 5) == pytest.approx(1.0 + 3.2 + 2.5 + 0.3 * 64)  # default: every request, every step
+    assert model.draft_ms(16, 5) == pytest.approx(1.0 + 0.7 + 3.2 + 2.5 + 0.3 * 64, rel=1e-3)  # default: full depth
     model.draft_cut = True
     assert model.plan_rows(np.array([5, 1, 0, 2])) == 5  # 4 + 0 + 0 + 1
+
+
+def test_costs_seen_at_one_batch_size_are_taken_as_fixed_until_other_sizes_show_otherwise():
+    """Steps of batch 1 cannot tell a fixed draft-extend cost from one per request: the fit takes it as fixed, so
+    drafting at a larger batch is priced optimistically (the policy tries it and learns), never ruled out."""
+    model = StepCostModel(refit_every=10_000)
+    for _ in range(20):
+        for steps in range(0, 6):  # a real step: 3 ms host, 3.5 ms draft-extend, 2 ms per draft forward
+            model.record(DRAFT, 1, steps, 3.0 + 3.5 * (steps > 0) + 2.0 * steps, rows=max(steps - 1, 0))
+    model.refit()
+    assert model.draft_coef[1] == pytest.approx(3.5, rel=0.05)  # d_ext, not d_req
+    assert model.draft_ms(32, 1, rows=0) - model.draft_ms(32, 0, rows=0) == pytest.approx(5.5, rel=0.05)
+    for _ in range(20):  # larger batches arrive: the extend costs 0.3 ms more per request
+        for batch in (4, 16):
+            for steps in range(0, 6):
+                model.record(DRAFT, batch, steps, 3.0 + (3.5 + 0.3 * batch) * (steps > 0) + 2.0 * steps,
+                             rows=max(steps - 1, 0))
+    model.refit()
+    assert model.draft_coef[2] == pytest.approx(0.3, rel=0.05)
+
+
+def test_a_step_is_priced_from_samples_of_batches_like_its_own():
+    """Per-request cost grows with the batch (a CPU attention pass): one line through batch 1 and batch 32 would
+    misprice both ends; the fit local to each batch-size bucket prices each."""
+    model = StepCostModel(refit_every=10_000)
+
+    def true_ms(batch, tokens):
+        return 7.0 + (0.2 + 0.03 * batch) * batch + 0.1 * tokens
+
+    for _ in range(30):
+        for batch in (1, 2, 32, 40):
+            for width in (1, 2, 4):
+                model.record(VERIFY, batch, batch * width, true_ms(batch, batch * width))
+    model.refit()
+    for batch, width in ((1, 3), (2, 2), (36, 3)):
+        assert model.verify_ms(batch, batch * width) == pytest.approx(true_ms(batch, batch * width), rel=0.05)
+    assert model.mean_abs_pct_error(VERIFY) < 0.05
 
 
 def test_a_burst_of_large_batches_is_kept_while_a_one_off_stall_is_dropped():
@@ -90,7 +127,7 @@ def test_a_burst_of_large_batches_is_kept_while_a_one_off_stall_is_dropped():
 
 
 def test_each_frontier_pass_pays_the_verify_intercept():
-    model = StepCostModel(verify_coef=[2.0, 0.0, 0.0], draft_coef=[0.0, 0.0, 0.0, 0.0])
+    model = StepCostModel(verify_coef=[2.0, 0.0, 0.0], draft_coef=[0.0, 0.0, 0.0, 0.0, 0.0])
     assert model.step_ms(1, 5, 4) == pytest.approx(2.0)
     model.frontier_size = 1
     assert model.step_ms(1, 5, 4) == pytest.approx(8.0)  # frontiers [0,2) [2,3) [3,4) [4,5): four passes

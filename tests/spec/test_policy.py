@@ -14,7 +14,7 @@ K = 8
 
 
 def linear_cost(per_token: float, overhead: float = 5.0, draft_step: float = 0.0) -> StepCostModel:
-    return StepCostModel(verify_coef=[overhead, 0.0, per_token], draft_coef=[0.0, 0.0, draft_step, 0.0])
+    return StepCostModel(verify_coef=[overhead, 0.0, per_token], draft_coef=[0.0, 0.0, 0.0, draft_step, 0.0])
 
 
 def plan(accept, cost, caps=None, min_lens=None):
@@ -58,7 +58,7 @@ def test_flat_cost_never_loses_to_the_best_fixed_length(seed):
     batch = int(rng.integers(1, 64))
     accept = rng.uniform(0.0, 1.0, size=(batch, K)) ** rng.uniform(0.2, 3.0, size=(batch, 1))
     cost = StepCostModel(
-        verify_coef=[rng.uniform(1, 20), 0.0, 0.0], draft_coef=[0.0, 0.0, rng.uniform(0, 3), 0.0]
+        verify_coef=[rng.uniform(1, 20), 0.0, 0.0], draft_coef=[0.0, 0.0, 0.0, rng.uniform(0, 3), 0.0]
     )
     caps, mins = np.full(batch, K), np.zeros(batch, dtype=int)
     chosen = GoodputPolicy().plan(accept, caps, mins, cost)
@@ -73,7 +73,7 @@ def test_rising_cost_never_loses_to_the_best_fixed_length(seed):
     accept = rng.uniform(0.0, 1.0, size=(batch, K))
     cost = StepCostModel(
         verify_coef=[rng.uniform(1, 20), rng.uniform(0, 0.1), rng.uniform(0, 1)],
-        draft_coef=[rng.uniform(0, 2), 0.0, rng.uniform(0, 3), rng.uniform(0, 0.05)],
+        draft_coef=[rng.uniform(0, 2), rng.uniform(0, 2), 0.0, rng.uniform(0, 3), rng.uniform(0, 0.05)],
     )
     caps, mins = np.full(batch, K), np.zeros(batch, dtype=int)
     chosen = GoodputPolicy().plan(accept, caps, mins, cost)
@@ -110,7 +110,7 @@ def test_with_drafting_cut_per_request_the_plan_is_priced_as_it_runs(seed):
     accept = rng.uniform(0.0, 1.0, size=(batch, K))
     cost = StepCostModel(
         verify_coef=[rng.uniform(1, 20), rng.uniform(0, 0.1), rng.uniform(0, 1)],
-        draft_coef=[rng.uniform(0, 2), 0.0, rng.uniform(0, 3), rng.uniform(0, 2)],
+        draft_coef=[rng.uniform(0, 2), rng.uniform(0, 2), 0.0, rng.uniform(0, 3), rng.uniform(0, 2)],
         draft_cut=True,
     )
     caps, mins = np.full(batch, K), rng.integers(0, 3, size=batch)
@@ -123,7 +123,7 @@ def test_with_drafting_cut_per_request_the_plan_is_priced_as_it_runs(seed):
 def test_costly_draft_rows_keep_a_weak_request_at_one_draft_beside_a_sure_one():
     # a draft row (one request in one draft forward) costs 2 ms; the first draft token needs no row of its own
     accept = np.stack([np.ones(K), np.full(K, 0.3)])
-    cost = StepCostModel(verify_coef=[10.0, 0.0, 0.01], draft_coef=[0.0, 0.0, 0.1, 2.0], draft_cut=True)
+    cost = StepCostModel(verify_coef=[10.0, 0.0, 0.01], draft_coef=[0.0, 0.0, 0.0, 0.1, 2.0], draft_cut=True)
     assert plan(accept, cost).lengths.tolist() == [K, 1]
     cost.draft_cut = False  # every request drafted to the step's depth: going deep for one costs rows for both
     assert plan(accept, cost).lengths.tolist() == [1, 1]
@@ -137,7 +137,7 @@ def test_uniform_gives_every_request_one_length_up_to_its_bounds(seed):
     caps = np.where(rng.uniform(size=batch) < 0.2, rng.integers(0, K + 1, size=batch), K)
     mins = np.minimum(np.where(rng.uniform(size=batch) < 0.2, rng.integers(0, 3, size=batch), 0), caps)
     cost = StepCostModel(verify_coef=[rng.uniform(1, 20), 0.0, rng.uniform(0, 1)],
-                         draft_coef=[0.0, 0.0, rng.uniform(0, 3), 0.0])
+                         draft_coef=[0.0, 0.0, 0.0, rng.uniform(0, 3), 0.0])
     result = GoodputPolicy().plan(accept, caps, mins, cost, uniform=True)
     uniform = [np.clip(j, mins, caps).tolist() for j in range(K + 1)]  # equal wherever no cap or floor clips
     assert result.lengths.tolist() in uniform
@@ -187,7 +187,7 @@ def test_the_plan_is_the_exact_optimum_of_its_model(data):
     weights = np.array(data.draw(st.lists(st.sampled_from([1.0, 4.0]), min_size=batch, max_size=batch)))
     coef = st.floats(0.0, 3.0)
     cost = StepCostModel(verify_coef=[data.draw(st.floats(0.1, 10.0)), data.draw(coef), data.draw(coef)],
-                         draft_coef=[data.draw(coef), data.draw(coef), data.draw(coef), data.draw(coef)],
+                         draft_coef=[data.draw(coef) for _ in range(5)],
                          draft_cut=data.draw(st.booleans()))
     plan = GoodputPolicy().plan(accept, caps, mins, cost, weights=weights)
     best, _ = _brute_force(accept, caps, mins, cost, weights)
@@ -206,7 +206,7 @@ def test_the_plan_never_loses_to_the_best_uniform_length(seed, batch):
     accept = rng.uniform(0.0, 1.0, (batch, width)) ** rng.uniform(0.2, 3.0)
     caps, mins = np.full(batch, width), np.zeros(batch, dtype=np.int64)
     cost = StepCostModel(verify_coef=rng.uniform(0.0, [10.0, 1.0, 1.0]),
-                         draft_coef=rng.uniform(0.0, [2.0, 0.5, 2.0, 0.5]), draft_cut=bool(rng.integers(2)))
+                         draft_coef=rng.uniform(0.0, [2.0, 2.0, 0.5, 2.0, 0.5]), draft_cut=bool(rng.integers(2)))
     plan = GoodputPolicy().plan(accept, caps, mins, cost)
     best_uniform = max(FixedPolicy(k).plan(accept, caps, mins, cost).goodput for k in range(width + 1))
     assert plan.goodput >= best_uniform * (1 - 1e-9)
