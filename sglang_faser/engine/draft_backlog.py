@@ -1,18 +1,19 @@
-"""The draft's backlog after steps without speculation: what it skipped, to catch up in one pass when drafting resumes.
+"""The draft's backlog for requests that skipped the draft-extend: what they skipped, to catch up in one pass.
 
-A step where every request has k = 0 is close to a plain decode: the target verifies one row per request and
-SGLang's draft-extend (a whole draft forward over the batch) is skipped, so such a step runs no draft model. The
-draft's state then falls behind: its KV lacks the skipped positions and its next-token guess is stale.
-``DraftBacklog`` keeps, per skipped step, the rows the draft-extend would have consumed (the token each request
-verified and, for EAGLE, the target's feature at that row); when a step drafts again, ``take`` hands back each
-request's skipped rows, in position order, for one batched draft extend over all of them
-(``touchpoints.catch_up_draft``), after which drafting proceeds as if nothing had been skipped.
+A request with k = 0 needs no draft token, so its draft model work can wait: in a step where every request has
+k = 0 no draft model runs at all, and in a step where others draft it is left out of the draft-extend (a draft
+pass over every drafting request's verify window). Its draft state then falls behind: its KV lacks the skipped
+positions and its next-token guess is stale. ``DraftBacklog`` keeps, per skipped step, the rows the draft-extend
+would have consumed for each such request (the token it verified and, for EAGLE, the target's feature at that
+row); when the request drafts again, ``take`` hands back its skipped rows, in position order, for one batched
+draft extend over all who resume (``touchpoints.catch_up_draft``), after which drafting proceeds as if nothing had
+been skipped.
 
-Each request's skipped rows are contiguous positions ending just before its current length: every whole-batch
-k = 0 step advances each of its requests by exactly one token, and any step that drafts catches everyone up.
-A request missing from a skipped step (finished, retracted) loses its backlog; a re-prefill rebuilds its draft
-state anyway. At most ``limit`` rows per request are kept: older skipped positions keep stale draft KV, which
-costs acceptance, never correctness (the target verifies every draft).
+Each request's skipped rows are contiguous positions ending just before its current length: a request that skips
+advances by exactly one token, and a request that drafts is caught up first. A request missing from a step
+(finished, retracted) loses its backlog; a re-prefill rebuilds its draft state anyway. At most ``limit`` rows per
+request are kept: older skipped positions keep stale draft KV, which costs acceptance, never correctness (the
+target verifies every draft).
 """
 
 from __future__ import annotations
@@ -42,44 +43,48 @@ class DraftBacklog:
     def __len__(self) -> int:
         return len(self._rows)
 
-    def record(self, rids: list[str], tokens: torch.Tensor, features: torch.Tensor | None) -> None:
-        """One skipped step: ``tokens[i]`` (and ``features[i]``) belong to request ``rids[i]``."""
+    def record(self, rids: list[str], skipped: list[int], tokens: torch.Tensor, features: torch.Tensor | None) -> None:
+        """One step of the batch ``rids``: the requests at batch rows ``skipped`` left out the draft-extend, and
+        ``tokens[j]`` (and ``features[j]``) are the row ``skipped[j]`` would have consumed. The others drafted (and
+        were caught up before), so they hold no backlog."""
         step, self._step = self._step, self._step + 1
-        self._steps[step] = (tokens, features)
+        if skipped:
+            self._steps[step] = (tokens, features)
         self._steps.pop(step - self.limit, None)
         rows = {}
-        for i, rid in enumerate(rids):
-            mine = self._rows.get(rid, [])
-            mine.append((step, i))
-            rows[rid] = mine[-self.limit:]
-        self._rows = rows  # requests absent from this step are gone
+        for j, i in enumerate(skipped):
+            mine = self._rows.get(rids[i], [])
+            mine.append((step, j))
+            rows[rids[i]] = mine[-self.limit:]
+        self._rows = rows  # requests absent from this step, or that drafted in it, hold nothing
 
-    def take(self, rids: list[str]) -> CatchUp | None:
-        """The backlog of this batch's requests, in batch order; afterwards the backlog is empty."""
+    def take(self, rids: list[str], members: list[int] | None = None) -> CatchUp | None:
+        """The backlog of the requests at batch rows ``members`` (default: all of ``rids``), in batch order; they
+        hold none afterwards."""
         if not self._rows:
             return None
-        steps = sorted(self._steps)
         offsets, at = {}, 0
-        for s in steps:
+        for s in sorted(self._steps):
             offsets[s] = at
             at += len(self._steps[s][0])
-        members, counts, flat = [], [], []
-        for i, rid in enumerate(rids):
-            mine = self._rows.get(rid)
+        caught, counts, flat = [], [], []
+        for i in range(len(rids)) if members is None else members:
+            mine = self._rows.pop(rids[i], None)
             if mine:
-                members.append(i)
+                caught.append(i)
                 counts.append(len(mine))
                 flat.extend(offsets[s] + row for s, row in mine)
         catch_up = None
-        if members:
+        if caught:
+            steps = sorted(self._steps)
             tokens = torch.cat([self._steps[s][0] for s in steps])
             index = torch.tensor(flat, dtype=torch.long, device=tokens.device)
             features = None
             if self._steps[steps[0]][1] is not None:
                 features = torch.cat([self._steps[s][1] for s in steps])[index]
-            catch_up = CatchUp(members, counts, tokens[index], features)
-        self._steps.clear()
-        self._rows.clear()
+            catch_up = CatchUp(caught, counts, tokens[index], features)
+        if not self._rows:
+            self._steps.clear()
         return catch_up
 
     def forget(self, rid: str) -> None:

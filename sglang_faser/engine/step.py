@@ -13,8 +13,9 @@ eagle_worker_v2.py:1416) and changes only how much work each does:
   passes in SGLang's ``RaggedVerifyLayout`` (``verify.py``) where the backend supports it; elsewhere SGLang's
   single pass runs and every request gets the same length (a cut chain there would only lose tokens);
 * **commit**: SGLang samples, accepts and commits; the scheduler is told the new lengths; the draft-extend
-  brings the draft's state up to date, except after a step without drafts (every k_i = 0), which runs no draft
-  model: its rows wait in the draft backlog until a step drafts again and catches up in one pass;
+  brings the draft's state up to date for the requests that drafted; a request with k_i = 0 is left out (a step
+  where every k_i = 0 runs no draft model at all): its rows wait in the draft backlog until it drafts again and
+  catches up in one pass;
 * **record**: measured phase times feed the cost model and telemetry; acceptance arrives later, through
   ``observe`` (SGLang's ``on_verify_complete_cpu``), matched to this step by the controller's decision queue.
 
@@ -105,7 +106,7 @@ class FaserEngine:
         if decision.depth == 0:
             verify_input, cut = sgl.plain_decode_input(self.worker, batch), DraftCut(DraftSchedule([]), 0)
         else:
-            self._catch_up(batch, view)
+            self._catch_up(batch, view, decision.lengths)
             schedule = (FrontierPipeline(verifier, decision.lengths, self.config.overlap, self.worker, batch)
                         if verifier is not None and len(verifier.bounds) > 1 else DraftSchedule(decision.lengths))
             cut = DraftCut(schedule, decision.depth)
@@ -125,12 +126,22 @@ class FaserEngine:
         verify_ended = time.perf_counter()
         phases.append(("verify", verify_began, verify_ended))
 
-        # commit: the scheduler learns the new lengths, the draft catches up on the accepted tokens (after a step
-        # without drafts, only when a later step drafts again: such a step runs no draft model at all)
+        # commit: the scheduler learns the new lengths, the draft catches up on the accepted tokens, except for
+        # requests that drafted nothing (k_i = 0): they catch up when they draft again, and a step where nobody
+        # drafted runs no draft model at all
         sgl.publish(on_publish, result)
+        skipped = [i for i, k in enumerate(decision.lengths) if k == 0]
+        if skipped:  # their rows wait in the backlog
+            self.backlog.record(view.rids, skipped, *sgl.skipped_rows(self.worker, result, verify_input, skipped))
+        else:
+            self.backlog.record(view.rids, [], None, None)
         if decision.depth == 0:
-            self.backlog.record(view.rids, *sgl.skip_draft_extend(self.worker, batch, result, verify_input))
+            sgl.skip_draft_extend(self.worker, batch, result)
             self.controller.counters.skipped_extends += 1
+        elif skipped:
+            drafting = [i for i, k in enumerate(decision.lengths) if k > 0]
+            sgl.draft_extend_members(self.worker, batch, result, verify_input, drafting)
+            self.controller.counters.extend_skipped_requests += len(skipped)
         else:
             sgl.draft_extend(self.worker, batch, result, verify_input)
         ended = time.perf_counter()
@@ -142,9 +153,9 @@ class FaserEngine:
         self._last = (ended, frozenset(view.rids), True)
         return result
 
-    def _catch_up(self, batch, view) -> None:
-        """The draft state of requests that went through steps without drafts, caught up in one pass."""
-        catch_up = self.backlog.take(view.rids)
+    def _catch_up(self, batch, view, lengths: np.ndarray) -> None:
+        """The draft state of requests that draft again after steps without drafts, caught up in one pass."""
+        catch_up = self.backlog.take(view.rids, np.flatnonzero(lengths).tolist())
         if catch_up is not None:
             sgl.catch_up_draft(self.worker, batch, catch_up)
             self.controller.counters.catch_up_rows += len(catch_up.tokens)
@@ -219,7 +230,8 @@ class FaserEngine:
         # the rest of the step, with the scheduler's host work since the last step, is the draft side's: a
         # per-step cost that longer drafts amortise
         total_ms = (ended - began) * 1e3
-        controller.record_phase(DRAFT, bs, decision.depth, max(total_ms - verify_ms, 0.0) + host_ms, rows=cut.rows)
+        controller.record_phase(DRAFT, bs, decision.depth, max(total_ms - verify_ms, 0.0) + host_ms, rows=cut.rows,
+                                drafting=int(np.count_nonzero(decision.lengths)))
         self._end_step(phases, batch_size=bs)
 
     def _end_step(self, phases, batch_size: int) -> None:

@@ -363,16 +363,77 @@ def draft_extend(worker, batch, result, verify_input) -> None:
         worker.draft_worker._draft_extend_for_decode(batch, result, kv_loc_plan=verify_input.kv_loc_plan)
 
 
-# -- k = 0 steps: no draft-extend, then one catch-up pass (engine/draft_backlog.py) ----------------------------
-def skip_draft_extend(worker, batch, result, verify_input):
-    """Skip the draft-extend of a step that verified one row per request (SGLang's ``_stub_skipped_draft_extend``
-    fills shape-valid stubs); returns the rows it would have consumed, for the catch-up: the token each request
-    verified and, for EAGLE, the target's feature there (cloned: under graph replay it lives in a graph buffer)."""
+# -- k = 0: no draft-extend for a request that drafts nothing, then one catch-up pass (engine/draft_backlog.py) ----
+def skip_draft_extend(worker, batch, result) -> None:
+    """Skip the draft-extend of a step where nobody drafted (SGLang's ``_stub_skipped_draft_extend`` fills
+    shape-valid stubs for the next step's draft state)."""
     worker._stub_skipped_draft_extend(batch, result)
+
+
+def draft_extend_members(worker, batch, result, verify_input, members: list[int]) -> None:
+    """SGLang's draft-extend (``_draft_extend_for_decode``) over the verify windows of the requests at batch rows
+    ``members`` only: a sub-batch and a sub-result hold their rows, and their new draft state is written into the
+    step's ``next_draft_input``; the other requests keep SGLang's stubs there until they catch up."""
+    import torch
+
+    bs, width = len(batch.reqs), verify_input.draft_token_num
+    worker._stub_skipped_draft_extend(batch, result)
+    index = torch.tensor(members, dtype=torch.long, device=batch.seq_lens.device)
+    rows = (index[:, None] * width + torch.arange(width, device=index.device)).flatten()
+    sub = _sub_batch(batch, members, index)
+    assert batch.out_cache_loc.numel() == bs * width, (batch.out_cache_loc.shape, bs, width)
+    sub.out_cache_loc = batch.out_cache_loc[rows]
+    part = copy.copy(result)
+    part.logits_output = copy.copy(result.logits_output)
+    if result.logits_output.hidden_states is not None:
+        part.logits_output.hidden_states = result.logits_output.hidden_states[rows]
+    part.next_token_ids, part.accept_lens = result.next_token_ids[rows], result.accept_lens[index]
+    part.new_seq_lens = result.new_seq_lens[index]
+    part.prepared_draft_extend_inputs = None  # recomputed from the sub-result's own rows
+    part.next_draft_input = copy.copy(result.next_draft_input)
+    with _draft_contexts(worker, "draft_extend"):
+        worker.draft_worker._draft_extend_for_decode(sub, part)
+    _scatter_draft_state(result.next_draft_input, part.next_draft_input, index)
+
+
+def skipped_rows(worker, result, verify_input, skipped: list[int]):
+    """The rows the draft-extend would have consumed for the requests at batch rows ``skipped``: the token each
+    verified (its window's root) and, for EAGLE, the target's feature there (cloned: under graph replay it lives
+    in a graph buffer)."""
+    import torch
+
+    root = torch.tensor(skipped, dtype=torch.long, device=verify_input.draft_token.device) * verify_input.draft_token_num
     features = None
     if not worker.speculative_algorithm.is_standalone():
-        features = result.logits_output.hidden_states.clone()
-    return verify_input.draft_token.clone(), features
+        features = result.logits_output.hidden_states[root].clone()
+    return verify_input.draft_token[root].clone(), features
+
+
+def _sub_batch(batch, members: list[int], index):
+    """A shallow copy of ``batch`` holding only the requests at rows ``members`` (``index`` on the device), for a
+    draft pass over them; SGLang's preparation then writes its own fields on the copy, not the step's batch."""
+    sub = copy.copy(batch)
+    sub.reqs = [batch.reqs[i] for i in members]
+    sub.req_pool_indices = batch.req_pool_indices[index]
+    sub.req_pool_indices_cpu = sub.req_pool_indices.cpu()
+    sub.seq_lens = batch.seq_lens[index]
+    sub.seq_lens_cpu = sub.seq_lens.cpu()
+    sub.seq_lens_sum = int(sub.seq_lens_cpu.sum())
+    sub.orig_seq_lens = None if batch.orig_seq_lens is None else batch.orig_seq_lens[index]
+    if batch.multimodal_inputs is not None:
+        sub.multimodal_inputs = [batch.multimodal_inputs[i] for i in members]
+    sub.return_logprob, sub.has_grammar, sub.sampling_info = False, False, None
+    return sub
+
+
+def _scatter_draft_state(full, part, index) -> None:
+    """The members' new draft state (next-token guess, feature) into the whole batch's rows."""
+    for name in ("topk_p", "topk_index", "hidden_states"):
+        new, old = getattr(part, name), getattr(full, name)
+        if new is not None and old is not None:
+            old = old.clone()
+            old[index] = new.to(old.dtype)
+            setattr(full, name, old)
 
 
 def catch_up_draft(worker, batch, catch_up) -> None:
@@ -382,8 +443,6 @@ def catch_up_draft(worker, batch, catch_up) -> None:
     draft-extend (``_draft_extend_for_prefill``) runs them as an extend of a sub-batch, shifting the tokens by one
     with the current bonus token as the tail, exactly as after a prefill. Its next-token guess and hidden state
     replace the stubs the skipped steps left."""
-    import copy
-
     import torch
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
@@ -391,38 +450,24 @@ def catch_up_draft(worker, batch, catch_up) -> None:
     device = batch.seq_lens.device
     index = torch.tensor(catch_up.members, dtype=torch.long, device=device)
     counts = torch.tensor(catch_up.counts, dtype=torch.long, device=device)
-    seq_lens = batch.seq_lens[index]
-    seq_lens_cpu = seq_lens.cpu()
+    sub = _sub_batch(batch, catch_up.members, index)
     offsets = torch.cumsum(counts, 0) - counts  # where each member's rows begin in the catch-up
-    positions = torch.arange(int(counts.sum()), device=device) + torch.repeat_interleave(seq_lens - counts - offsets,
-                                                                                         counts)
-    pools = batch.req_pool_indices[index]
-    sub = copy.copy(batch)
-    sub.reqs = [batch.reqs[i] for i in catch_up.members]
+    positions = torch.arange(int(counts.sum()), device=device) + torch.repeat_interleave(
+        sub.seq_lens - counts - offsets, counts)
     sub.forward_mode = ForwardMode.EXTEND
-    sub.req_pool_indices = pools
-    sub.req_pool_indices_cpu = pools.cpu()
-    sub.seq_lens, sub.seq_lens_cpu, sub.seq_lens_sum = seq_lens, seq_lens_cpu, int(seq_lens_cpu.sum())
-    sub.orig_seq_lens = None if batch.orig_seq_lens is None else batch.orig_seq_lens[index]
     sub.input_ids = catch_up.tokens.to(torch.int64)
-    rows = torch.repeat_interleave(pools, counts)
+    rows = torch.repeat_interleave(sub.req_pool_indices, counts)
     sub.out_cache_loc = batch.req_to_token_pool.req_to_token[rows, positions].to(torch.int64)
-    sub.prefix_lens = (seq_lens_cpu - counts.cpu()).tolist()
+    sub.prefix_lens = (sub.seq_lens_cpu - counts.cpu()).tolist()
     sub.extend_lens = list(catch_up.counts)
     sub.extend_logprob_start_lens = [0] * len(catch_up.members)
     sub.extend_num_tokens = int(sum(catch_up.counts))
-    sub.return_logprob, sub.has_grammar, sub.sampling_info = False, False, None
     sub.chunked_req, sub.chunked_req_next_prompt_token = None, None
     sub.multimodal_inputs, sub.input_embeds, sub.decoding_reqs = None, None, None
     sub.is_extend_in_batch = False
     with _draft_contexts(worker, "draft_extend"):
         state = worker.draft_worker._draft_extend_for_prefill(sub, catch_up.features, spec.bonus_tokens[index])
-    for name in ("topk_p", "topk_index", "hidden_states"):
-        new, old = getattr(state, name), getattr(spec, name)
-        if new is not None and old is not None:
-            old = old.clone()
-            old[index] = new.to(old.dtype)
-            setattr(spec, name, old)
+    _scatter_draft_state(spec, state, index)
 
 
 def _draft_contexts(worker, stage: str):

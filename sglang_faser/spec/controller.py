@@ -56,7 +56,8 @@ class LengthCounters:
     accepted: int = 0  # draft tokens accepted
     committed: int = 0  # tokens committed (accepted + one bonus/correction per request-step)
     skipped_extends: int = 0  # steps without drafts whose draft-extend was skipped (the draft caught up later)
-    catch_up_rows: int = 0  # draft rows computed to catch up after such steps
+    extend_skipped_requests: int = 0  # requests with k_i = 0 left out of a draft-extend that others ran
+    catch_up_rows: int = 0  # draft rows computed to catch up after either
     unobserved: int = 0  # decided steps dropped unobserved because MAX_PENDING_STEPS were already waiting
     length_histogram: list[int] = field(default_factory=list)
     proposed_by_position: list[int] = field(default_factory=list)  # [j]: drafts proposed at position j + 1
@@ -189,16 +190,17 @@ class LengthController:
     def calibrating(self) -> bool:
         return self.counters.steps < self.calibration_steps
 
-    def record_phase(self, phase: str, batch: int, size: int, ms: float, rows: int | None = None) -> None:
-        """A measured phase time (``rows``: draft rows computed); during the start-up sweep it joins the cost
-        model's profile prior."""
+    def record_phase(self, phase: str, batch: int, size: int, ms: float, rows: int | None = None,
+                     drafting: int | None = None) -> None:
+        """A measured phase time (``rows``: draft rows computed; ``drafting``: requests with k_i > 0); during the
+        start-up sweep it joins the cost model's profile prior."""
         if self.counters.steps <= self.calibration_steps:
             if self.counters.steps > self.window + 1:  # the first sweep only warms each depth's runtime state up
-                self.cost.add_profile_sample(phase, batch, size, ms, rows)
+                self.cost.add_profile_sample(phase, batch, size, ms, rows, drafting)
             if self.counters.steps == self.calibration_steps and phase == DRAFT:
                 self.cost.refit()
         else:
-            self.cost.record(phase, batch, size, ms, rows)
+            self.cost.record(phase, batch, size, ms, rows, drafting)
 
     def forget(self, rid: str) -> None:
         self.tracker.forget(rid)

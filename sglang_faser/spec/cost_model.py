@@ -9,13 +9,13 @@ whole range: on CPU an attention pass costs more per request at 32 requests than
 
     verify_ms(B, tokens)            = v0 + v_req * B + v_tok * tokens   (one TARGET_VERIFY pass over `tokens` rows;
                                                                         a step verified in frontiers pays v0 per pass)
-    draft_ms(B, steps, rows)        = d0 + (d_ext + d_req * B) [steps > 0] + d_step * steps + d_row * rows
+    draft_ms(B, steps, rows, n)     = d0 + (d_ext + d_req * n) [steps > 0] + d_step * steps + d_row * rows
 
-The draft side is the rest of the step: d0 the scheduler's and our host work of every step, d_ext + d_req * B the
-draft-extend that keeps the draft current (a draft pass over the verified window: a fixed part and a part per
-request), paid only by steps that draft (a step where every k_i = 0 skips it, and the draft catches up when
-drafting resumes: ``engine/draft_backlog.py``), d_step each draft forward's fixed cost, d_row each request drafted
-in it. Drafting is cut per request
+The draft side is the rest of the step: d0 the scheduler's and our host work of every step, d_ext + d_req * n the
+draft-extend that keeps the draft current (a draft pass over the verified windows of the n requests that drafted:
+a fixed part and a part per request; a request with k_i = 0 is left out of it, a step where every k_i = 0 runs
+none, and the draft catches up when the request drafts again: ``engine/draft_backlog.py``), d_step each draft
+forward's fixed cost, d_row each request drafted in it. Drafting is cut per request
 (``engine/draft_cut.py``): forward s only runs for requests with k_i >= s + 2, so ``rows`` = sum(max(k_i - 1, 0))
 and a request held at k_i = 1 costs no draft row however deep the step goes. Where the cut is not available the
 draft runs every request to the step's depth: ``rows`` = B * (steps - 1) (:func:`full_depth_rows`).
@@ -52,10 +52,11 @@ def _verify_features(batch, tokens) -> np.ndarray:
     return np.stack([np.ones_like(batch), batch, tokens], axis=-1)
 
 
-def _draft_features(batch, steps, rows) -> np.ndarray:
-    batch, steps, rows = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (batch, steps, rows)))
+def _draft_features(batch, steps, rows, drafting) -> np.ndarray:
+    batch, steps, rows, drafting = np.broadcast_arrays(
+        *(np.asarray(v, dtype=float) for v in (batch, steps, rows, drafting)))
     drafts = (steps > 0).astype(float)
-    return np.stack([np.ones_like(batch), drafts, batch * drafts, steps, rows], axis=-1)
+    return np.stack([np.ones_like(batch), drafts, drafting * drafts, steps, rows], axis=-1)
 
 
 # the terms that grow with the batch (ridge-penalised), by phase: verify [v0, v_req, v_tok], draft [d0, d_ext,
@@ -164,13 +165,15 @@ class StepCostModel:
         v0, v_req, v_tok = np.moveaxis(self.coefs(VERIFY, batch), -1, 0)
         return v0 + v_req * np.asarray(batch, dtype=float) + v_tok * np.asarray(tokens, dtype=float)
 
-    def draft_ms(self, batch, steps, rows=None) -> np.ndarray:
+    def draft_ms(self, batch, steps, rows=None, drafting=None) -> np.ndarray:
         """Drafting ``steps`` positions (``rows`` request-forwards in all; default: every request at every step)
-        for ``batch`` requests, plus the draft-extend that keeps the draft current."""
+        for ``batch`` requests, plus the draft-extend over the ``drafting`` requests with k_i > 0 (default: all)
+        that keeps the draft current."""
         d0, d_ext, d_req, d_step, d_row = np.moveaxis(self.coefs(DRAFT, batch), -1, 0)
         rows = full_depth_rows(batch, steps) if rows is None else rows
+        drafting = batch if drafting is None else drafting
         steps = np.asarray(steps, dtype=float)
-        return (d0 + (d_ext + d_req * np.asarray(batch, dtype=float)) * (steps > 0) + d_step * steps
+        return (d0 + (d_ext + d_req * np.asarray(drafting, dtype=float)) * (steps > 0) + d_step * steps
                 + d_row * np.asarray(rows, dtype=float))
 
     def plan_rows(self, lengths: np.ndarray) -> int | None:
@@ -185,20 +188,22 @@ class StepCostModel:
             return np.ones_like(depth)
         return np.where(depth > size, 1 + -(-(depth - size) // size), 1)
 
-    def step_ms(self, batch, verify_tokens, draft_steps, draft_rows=None) -> np.ndarray:
+    def step_ms(self, batch, verify_tokens, draft_steps, draft_rows=None, drafting=None) -> np.ndarray:
         extra_passes = self.verify_passes(draft_steps) - 1
         return (self.verify_ms(batch, verify_tokens) + self.coefs(VERIFY, batch)[..., 0] * extra_passes
-                + self.draft_ms(batch, draft_steps, draft_rows))
+                + self.draft_ms(batch, draft_steps, draft_rows, drafting))
 
     # -- measurements ------------------------------------------------------------------------------------
-    def add_profile_sample(self, phase: str, batch: int, size: int, ms: float, rows: int | None = None) -> None:
+    def add_profile_sample(self, phase: str, batch: int, size: int, ms: float, rows: int | None = None,
+                           drafting: int | None = None) -> None:
         """A start-up measurement: ``size`` is verified tokens (verify) or draft steps (draft, with the draft
-        ``rows`` computed; default: every request at every step)."""
-        self._prior[phase].append((self._features(phase, batch, size, rows), float(ms), batch))
+        ``rows`` computed, default every request at every step, and the ``drafting`` requests, default all)."""
+        self._prior[phase].append((self._features(phase, batch, size, rows, drafting), float(ms), batch))
 
-    def record(self, phase: str, batch: int, size: int, ms: float, rows: int | None = None) -> None:
+    def record(self, phase: str, batch: int, size: int, ms: float, rows: int | None = None,
+               drafting: int | None = None) -> None:
         """An online measurement of a real step; the model is refitted every ``refit_every`` samples."""
-        self._online[phase].append((self._features(phase, batch, size, rows), float(ms), batch))
+        self._online[phase].append((self._features(phase, batch, size, rows, drafting), float(ms), batch))
         self._since_refit += 1
         if self._since_refit >= self.refit_every:
             self.refit()
@@ -228,11 +233,12 @@ class StepCostModel:
             self._local[phase] = {}
 
     @staticmethod
-    def _features(phase: str, batch: int, size: int, rows: int | None = None) -> np.ndarray:
+    def _features(phase: str, batch: int, size: int, rows: int | None = None, drafting: int | None = None):
         if phase == VERIFY:
             return _verify_features(batch, size)
         if phase == DRAFT:
-            return _draft_features(batch, size, full_depth_rows(batch, size) if rows is None else rows)
+            return _draft_features(batch, size, full_depth_rows(batch, size) if rows is None else rows,
+                                   batch if drafting is None else drafting)
         raise ValueError(f"unknown phase {phase!r}")
 
     def mean_abs_pct_error(self, phase: str) -> float | None:

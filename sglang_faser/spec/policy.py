@@ -75,7 +75,7 @@ def plan_ms(cost: StepCostModel, batch: int, lengths: np.ndarray, uniform: bool 
     depth = lengths.max(axis=-1, initial=0)
     verify = batch * (depth + 1) if uniform else batch + lengths.sum(axis=-1)
     rows = np.maximum(lengths - 1, 0).sum(axis=-1) if cost.draft_cut else None
-    return cost.step_ms(batch, verify, depth, rows)
+    return cost.step_ms(batch, verify, depth, rows, drafting=(lengths > 0).sum(axis=-1))
 
 
 class FixedPolicy(LengthPolicy):
@@ -117,22 +117,33 @@ class GoodputPolicy(LengthPolicy):
     def _dinkelbach(self, gain, caps, min_lens, cost, batch: int, width: int) -> StepPlan:
         """The exact optimum for every depth cap D = 0..K at once, then the best D.
 
-        Survival falls with k and the marginal cost of a row does not, so request i's best length for a given
-        ratio lambda is a threshold: the number of positions whose marginal value w_i m_i[k] exceeds lambda
-        times their marginal cost, clipped to its bounds and the cap D."""
+        Survival falls with k and, past the first draft, the marginal cost of a draft does not change, so for a
+        given ratio lambda request i's best length among k >= 1 is a threshold: one plus the number of positions
+        past the first whose marginal value w_i m_i[k] exceeds lambda times their marginal cost, clipped to its
+        bounds and the cap D. The first draft costs more (the request joins the draft-extend), so that length is
+        then compared with k = 0 (Dinkelbach's parametric step: each request's own argmax of w_i T_i(k) -
+        lambda cost_i(k)); the ratio rises until no request's choice changes it."""
         ks = np.arange(width + 1)
         depths = ks[:, None]  # one candidate cap per possible depth, [D, 1]
         v0, v_req, v_tok = cost.coefs(VERIFY, batch)
         d0, d_ext, d_req, d_step, d_row = cost.coefs(DRAFT, batch)
-        # the per-request part of the cost: rows past the root, and draft rows where drafting is cut per request
-        per_k = v_tok * ks + (d_row * np.maximum(ks - 1, 0) if cost.draft_cut else 0.0)  # [K + 1]
+        # the per-request part of the cost: rows past the root, its share of the draft-extend once it drafts, and
+        # draft rows where drafting is cut per request
+        per_k = v_tok * ks + d_req * (ks > 0) + (d_row * np.maximum(ks - 1, 0) if cost.draft_cut else 0.0)  # [K+1]
         fixed = (v0 * cost.verify_passes(depths[:, 0]) + (v_req + v_tok) * batch + d0 + d_step * depths[:, 0]
-                 + (d_ext + d_req * batch) * (depths[:, 0] > 0)  # the draft-extend: only steps that draft pay it
+                 + d_ext * (depths[:, 0] > 0)  # the draft-extend's fixed part: only steps that draft pay it
                  + (0.0 if cost.draft_cut else d_row * batch * np.maximum(depths[:, 0] - 1, 0)))  # [D]
-        worth = np.ascontiguousarray((np.diff(gain, axis=1) / np.maximum(np.diff(per_k), 1e-12)[None, :]).T)  # [K, B]
+        # worth of positions 2..K (marginal value per marginal cost), [K - 1, B]
+        worth = np.ascontiguousarray((np.diff(gain[:, 1:], axis=1) / np.maximum(np.diff(per_k[1:]), 1e-12)).T)
         low = min_lens[None, :]
         high = np.minimum(caps[None, :], depths)  # [D, B]
         feasible = (high >= low).all(axis=1)  # D below some request's floor is not a candidate
+        first = np.maximum(low, 1)
+        closed = high == 0  # the cap allows no draft
+        may_rest = (low == 0) | closed  # k = 0 allowed
+        # the ratio at and above which resting (k = 0) is worth as much as drafting k: (T(k) - T(0)) / cost(k)
+        rest_above = ((gain[:, 1:] - gain[:, :1]) / np.maximum(per_k[1:], 1e-12)).ravel()
+        rest_offsets = np.arange(batch)[None, :] * width - 1
         flat, offsets = gain.ravel(), np.arange(batch)[None, :] * (width + 1)
 
         def tokens_of(plan):
@@ -143,11 +154,13 @@ class GoodputPolicy(LengthPolicy):
 
         def best_at(ratio):  # each request's best length at this ratio (ties: shorter)
             above = np.add.reduce(worth[:, None, :] > ratio[None, :, None], axis=0, dtype=np.int16)
-            return np.minimum(np.maximum(above, low), high)
+            drafting = np.minimum(np.maximum(1 + above, first), high)  # the best k >= 1 (where high >= 1)
+            rest = may_rest & (closed | (ratio[:, None] >= rest_above.take(np.maximum(drafting, 1) + rest_offsets)))
+            return np.where(rest, 0, drafting)
 
         # start from a feasible plan: the thresholds at the last step's optimal ratios (the batch changes little
         # from step to step, so this is usually within one pass of the optimum), or each request's shortest length
-        shortest = np.minimum(np.maximum(0, low), high)
+        shortest = np.where(low == 0, 0, np.minimum(low, high))
         choice = shortest if self._warm is None or len(self._warm) != width + 1 else best_at(self._warm)
         ratio = ratio_of(choice)
         for _ in range(self.max_iterations):  # each pass: F(ratio) = max sum(gain - ratio cost) >= 0
@@ -159,8 +172,9 @@ class GoodputPolicy(LengthPolicy):
             choice = np.where(rose[:, None], best, choice)
             ratio = np.where(rose, new, ratio)
         self._warm = ratio
-        # score each cap's plan at the depth it really runs (its deepest length) and keep the best
-        tokens, ms = tokens_of(choice), plan_ms(cost, batch, choice)
+        # score each cap's plan at the depth it really runs (its deepest length; ``plan_ms`` in closed form) and
+        # keep the best
+        tokens, ms = tokens_of(choice), fixed.take(choice.max(axis=1)) + per_k.take(choice).sum(axis=1)
         best = int(np.argmax(np.where(feasible, tokens / np.maximum(ms, 1e-9), -np.inf)))
         return StepPlan(choice[best].astype(np.int64), float(tokens[best]), float(ms[best]))
 

@@ -1,4 +1,5 @@
-"""The draft backlog's bookkeeping: rows per request in position order, capped, dropped when a request leaves."""
+"""The draft backlog's bookkeeping: rows per request in position order, capped, dropped when a request leaves or
+drafts, taken for the requests that draft again."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import torch
 from sglang_faser.engine.draft_backlog import DraftBacklog
 
 
-def _step(backlog, rids, base):
-    tokens = torch.tensor([base + i for i in range(len(rids))])
-    backlog.record(rids, tokens, tokens.float()[:, None].repeat(1, 2))
+def _step(backlog, rids, base, skipped=None):
+    skipped = list(range(len(rids))) if skipped is None else skipped
+    tokens = torch.tensor([base + i for i in skipped])
+    backlog.record(rids, skipped, tokens, tokens.float()[:, None].repeat(1, 2))
 
 
 def test_take_returns_each_members_rows_in_position_order_and_empties_the_backlog():
@@ -42,5 +44,31 @@ def test_only_the_last_limit_rows_are_kept():
 
 def test_standalone_rows_carry_no_features():
     backlog = DraftBacklog()
-    backlog.record(["a"], torch.tensor([5]), None)
+    backlog.record(["a"], [0], torch.tensor([5]), None)
     assert backlog.take(["a"]).features is None
+
+
+def test_requests_that_draft_catch_up_alone_and_the_others_keep_their_rows():
+    backlog = DraftBacklog()
+    _step(backlog, ["a", "b", "c"], 100)  # nobody drafted
+    _step(backlog, ["a", "b", "c"], 200, skipped=[0, 2])  # b drafted (it was caught up before: take below)
+    got = backlog.take(["a", "b", "c"], members=[1])
+    assert got is None  # b's rows went with the catch-up that preceded its drafting step
+    backlog = DraftBacklog()
+    _step(backlog, ["a", "b", "c"], 100)
+    got = backlog.take(["a", "b", "c"], members=[1])  # b drafts next step: it catches up alone
+    assert got.members == [1] and got.tokens.tolist() == [101]
+    _step(backlog, ["a", "b", "c"], 200, skipped=[0, 2])
+    _step(backlog, ["c", "a", "b"], 300, skipped=[0, 1])
+    got = backlog.take(["a", "b", "c"], members=[0, 2])
+    assert got.members == [0, 2] and got.counts == [3, 3]
+    assert got.tokens.tolist() == [100, 200, 301, 102, 202, 300]
+    assert len(backlog) == 0
+
+
+def test_a_request_that_drafts_without_catching_up_loses_its_rows():
+    backlog = DraftBacklog()
+    _step(backlog, ["a", "b"], 100)
+    _step(backlog, ["a", "b"], 200, skipped=[1])  # a drafted
+    got = backlog.take(["a", "b"])
+    assert got.members == [1] and got.tokens.tolist() == [101, 201]

@@ -1,15 +1,19 @@
-"""Steps without drafts skip the draft-extend; the draft catches up in one pass when drafting resumes (real servers).
+"""Requests with k = 0 skip the draft-extend; the draft catches up in one pass when they draft again (real servers).
 
 The policy is switched between ``fixed_len 0`` and ``fixed_len 3`` while one long greedy request streams, through
-the same ``/set_internal_state`` path the control service uses. Output must stay the target's own greedy output
-token for token. On the context-free pair (draft = target, attention off) every draft the target verifies is
-accepted, but only if the draft's state was caught up: SGLang's stub for a skipped draft-extend would make the
-first draft after the switch a zero token, which the target rejects.
+the same ``/set_internal_state`` path the control service uses: alone (steps where nobody drafts) and beside a
+``latency_class: critical`` request, whose floor of one draft keeps drafting while the streamed request is at 0
+(steps whose draft-extend leaves the streamed request out). Output must stay the target's own greedy output token
+for token. On the context-free pair (draft = target, attention off) every draft the target verifies is accepted,
+but only if the draft's state was caught up: SGLang's stub for a skipped draft-extend would make the first draft
+after the switch a zero token, which the target rejects.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import threading
 
 import pytest
 import requests
@@ -22,6 +26,7 @@ pytestmark = pytest.mark.engine
 
 MAX_NEW = 160
 SWITCHES = {10: 3, 50: 0, 90: 3, 120: 0}  # streamed tokens -> fixed length from then on
+VERSIONS = itertools.count(2)  # policy versions, increasing across the tests that share a server
 
 
 def _flags(target, draft, algorithm):
@@ -36,7 +41,7 @@ def _flags(target, draft, algorithm):
 def _generate_with_switches(server: ServerProcess, input_ids: list[int]) -> dict:
     body = {"input_ids": input_ids, "stream": True,
             "sampling_params": {"temperature": 0, "max_new_tokens": MAX_NEW, "ignore_eos": True}}
-    pending, version, last = dict(SWITCHES), 1, None
+    pending, last = dict(SWITCHES), None
     with requests.post(server.url + "/generate", json=body, stream=True, timeout=300) as response:
         for line in response.iter_lines():
             if not line.startswith(b"data:") or line.endswith(b"[DONE]"):
@@ -44,8 +49,7 @@ def _generate_with_switches(server: ServerProcess, input_ids: list[int]) -> dict
             last = json.loads(line[5:])
             done = last["meta_info"]["completion_tokens"]
             for at in [a for a in pending if done >= a]:
-                version += 1
-                policy = encode_policy(FaserConfig(mode="fixed", fixed_len=pending.pop(at)), version)
+                policy = encode_policy(FaserConfig(mode="fixed", fixed_len=pending.pop(at)), next(VERSIONS))
                 answer = requests.post(server.url + "/set_internal_state", json={"server_args": policy}, timeout=30)
                 assert answer.status_code == 200, answer.text
     return last
@@ -56,18 +60,47 @@ def _counters(server: ServerProcess) -> dict:
     return info["internal_states"][0]["faser"]["counters"]
 
 
-@pytest.mark.parametrize("pair", ["context-free-standalone", "eagle"])
-def test_switching_into_and_out_of_speculation_keeps_greedy_output_and_catches_the_draft_up(
-        pair, tiny_suite, tokenizer, hf_greedy, tmp_path):
-    if pair == "eagle":
+def _generate_beside(server: ServerProcess, input_ids: list[int], started: threading.Event, out: dict) -> None:
+    """A critical request (at least one draft a step) that outlives the streamed one; ``started`` once it decodes."""
+    body = {"input_ids": input_ids, "stream": True,
+            "sampling_params": {"temperature": 0, "max_new_tokens": 3 * MAX_NEW, "ignore_eos": True,
+                                "custom_params": {"faser": {"latency_class": "critical"}}}}
+    with requests.post(server.url + "/generate", json=body, stream=True, timeout=300) as response:
+        for line in response.iter_lines():
+            if line.startswith(b"data:") and not line.endswith(b"[DONE]"):
+                out["last"] = json.loads(line[5:])
+                started.set()
+    started.set()
+
+
+@pytest.fixture(scope="module", params=["context-free-standalone", "eagle"])
+def switching_server(request, tiny_suite, tmp_path_factory):
+    if request.param == "eagle":
         target, flags = tiny_suite.target, _flags(tiny_suite.target, tiny_suite.eagle, "EAGLE")
     else:
         target = tiny_suite.context_free
         flags = _flags(target, target, "STANDALONE")
+    with ServerProcess(flags, log_path=tmp_path_factory.mktemp("catch-up") / "server.log") as server:
+        yield request.param, target, server
+
+
+@pytest.mark.parametrize("neighbour", [False, True], ids=["alone", "beside-a-drafting-request"])
+def test_switching_into_and_out_of_speculation_keeps_greedy_output_and_catches_the_draft_up(
+        neighbour, switching_server, tokenizer, hf_greedy):
+    pair, target, server = switching_server
     input_ids = tokenizer("Beautiful is better than ugly").input_ids
-    with ServerProcess(flags, log_path=tmp_path / "server.log") as server:
-        out = _generate_with_switches(server, input_ids)
-        counters = _counters(server)
+    before = _counters(server)
+    if neighbour:
+        other_ids, started, other = tokenizer("Now is better than never").input_ids, threading.Event(), {}
+        thread = threading.Thread(target=_generate_beside, args=(server, other_ids, started, other))
+        thread.start()
+        assert started.wait(120)
+    out = _generate_with_switches(server, input_ids)
+    if neighbour:
+        thread.join(300)
+        assert other["last"]["output_ids"] == hf_greedy(target, other_ids, 3 * MAX_NEW)
+        assert other["last"]["meta_info"]["spec_cap_lens_histogram"][0] == 0  # it drafted at every step
+    counters = {k: v - before[k] for k, v in _counters(server).items() if isinstance(v, int)}
     assert out["output_ids"] == hf_greedy(target, input_ids, MAX_NEW)
     meta = out["meta_info"]
     assert meta["spec_verify_ct"] > 0
@@ -75,4 +108,5 @@ def test_switching_into_and_out_of_speculation_keeps_greedy_output_and_catches_t
     assert proposed > 0
     if pair != "eagle":  # SGLang's spec_accept_rate counts 3 drafts for every step, also those with k = 0
         assert meta["spec_num_correct_drafts"] == proposed, meta
-    assert counters["skipped_extends"] > 0 and counters["catch_up_rows"] > 0, counters
+    skipped = "extend_skipped_requests" if neighbour else "skipped_extends"
+    assert counters[skipped] > 0 and counters["catch_up_rows"] > 0, counters

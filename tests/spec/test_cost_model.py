@@ -25,7 +25,7 @@ def test_draft_cost_grows_with_steps_and_coefficients_stay_nonnegative():
     model.add_profile_sample(DRAFT, 32, 1, 0.1)  # an outlier pushing a term negative
     model.refit()
     assert np.all(model.draft_coef >= 0)
-    assert 0 < model.draft_ms(4, 0) < model.draft_ms(4, 1)  # the draft-extend still runs at 0 steps
+    assert 0 < model.draft_ms(4, 0) < model.draft_ms(4, 1)  # a step that drafts also pays the draft-extend
     assert model.draft_ms(4, 3) > model.draft_ms(4, 1)
 
 
@@ -72,6 +72,20 @@ def test_draft_rows_are_fitted_apart_from_draft_steps():
     assert model.draft_ms(16, 5) == pytest.approx(1.0 + 0.7 + 3.2 + 2.5 + 0.3 * 64, rel=1e-3)  # default: full depth
     model.draft_cut = True
     assert model.plan_rows(np.array([5, 1, 0, 2])) == 5  # 4 + 0 + 0 + 1
+
+
+def test_the_draft_extend_is_priced_per_request_that_drafts():
+    """Requests with k = 0 are left out of the draft-extend: its per-request part follows the drafting requests,
+    not the batch."""
+    model = StepCostModel()
+    for batch in (4, 8, 16):
+        for drafting in range(0, batch + 1, 2):
+            for steps in (1, 3) if drafting else (0,):
+                ms = 1.0 + (0.7 + 0.4 * drafting) * (steps > 0) + 0.5 * steps
+                model.add_profile_sample(DRAFT, batch, steps, ms, rows=0, drafting=drafting)
+    model.refit()
+    assert model.draft_coef == pytest.approx([1.0, 0.7, 0.4, 0.5, 0.0], abs=1e-2)
+    assert model.draft_ms(16, 3, 0, drafting=2) == pytest.approx(1.0 + 0.7 + 0.8 + 1.5, rel=1e-2)
 
 
 def test_costs_seen_at_one_batch_size_are_taken_as_fixed_until_other_sizes_show_otherwise():

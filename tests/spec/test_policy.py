@@ -129,6 +129,17 @@ def test_costly_draft_rows_keep_a_weak_request_at_one_draft_beside_a_sure_one():
     assert plan(accept, cost).lengths.tolist() == [1, 1]
 
 
+def test_a_weak_request_beside_a_sure_one_is_held_at_zero_when_its_draft_extend_costs():
+    """A request with k = 0 is left out of the draft-extend, so its first draft costs its extend row too: with
+    a costly extend row a weak request gets no draft at all beside a sure one, which drafts to the end."""
+    accept = np.array([[0.95] * 4, [0.3] * 4])
+    caps, mins = np.full(2, 4), np.zeros(2, dtype=np.int64)
+    costly = StepCostModel(verify_coef=[10.0, 0.0, 0.1], draft_coef=[0.0, 1.0, 4.0, 0.5, 0.1], draft_cut=True)
+    assert GoodputPolicy().plan(accept, caps, mins, costly).lengths.tolist() == [4, 0]
+    free = StepCostModel(verify_coef=[10.0, 0.0, 0.1], draft_coef=[0.0, 1.0, 0.0, 0.5, 0.1], draft_cut=True)
+    assert GoodputPolicy().plan(accept, caps, mins, free).lengths[1] >= 1
+
+
 @pytest.mark.parametrize("seed", range(10))
 def test_uniform_gives_every_request_one_length_up_to_its_bounds(seed):
     rng = np.random.default_rng(500 + seed)
@@ -167,7 +178,7 @@ def _brute_force(accept, caps, mins, cost, weights):
         tokens = float((weights * (1.0 + np.where(np.arange(accept.shape[1])[None, :] < lengths[:, None],
                                                   survival, 0.0).sum(axis=1))).sum())
         ms = float(cost.step_ms(batch, batch + int(lengths.sum()), int(lengths.max(initial=0)),
-                                cost.plan_rows(lengths)))
+                                cost.plan_rows(lengths), drafting=int(np.count_nonzero(lengths))))
         if tokens / ms > best + 1e-12:
             best, best_plan = tokens / ms, lengths
     return best, best_plan
