@@ -27,7 +27,7 @@ RESULTS = Path(__file__).parent / "results"
 def time_decisions(batch: int, max_len: int, repeats: int, rng: np.random.Generator) -> dict:
     tracker = AcceptanceTracker(max_len=max_len)
     rids = [f"r{i}" for i in range(batch)]
-    cost = StepCostModel(verify_coef=[8.0, 0.02, 0.05], draft_coef=[0.5, 0.5, 0.01, 1.0, 0.005], draft_cut=True)
+    cost = StepCostModel(verify_coef=[8.0, 0.02, 0.05, 0.001], draft_coef=[0.5, 0.5, 0.01, 1.0, 0.005], draft_cut=True)
     policy = GoodputPolicy()
     caps, mins = np.full(batch, max_len), np.zeros(batch, dtype=np.int64)
     samples = []

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 CATCH_UP_LIMIT = 64
@@ -86,6 +87,10 @@ class DraftBacklog:
         if not self._rows:
             self._steps.clear()
         return catch_up
+
+    def pending(self, rids: list[str]) -> np.ndarray:
+        """[B] skipped rows each request of the batch would catch up if it drafted now."""
+        return np.array([len(self._rows.get(rid, ())) for rid in rids], dtype=np.int64)
 
     def forget(self, rid: str) -> None:
         self._rows.pop(rid, None)

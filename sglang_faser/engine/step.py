@@ -103,10 +103,11 @@ class FaserEngine:
         # draft (with frontiers: finished frontiers verified between draft forwards)
         verifier = self._verifier(view, decision, phases)
         draft_began = time.perf_counter()
+        catch_up_ms = 0.0
         if decision.depth == 0:
             verify_input, cut = sgl.plain_decode_input(self.worker, batch), DraftCut(DraftSchedule([]), 0)
         else:
-            self._catch_up(batch, view, decision.lengths)
+            catch_up_ms = self._catch_up(batch, view, decision.lengths)
             schedule = (FrontierPipeline(verifier, decision.lengths, self.config.overlap, self.worker, batch)
                         if verifier is not None and len(verifier.bounds) > 1 else DraftSchedule(decision.lengths))
             cut = DraftCut(schedule, decision.depth)
@@ -149,16 +150,22 @@ class FaserEngine:
         sgl.set_cap_lens(result, decision.lengths)
 
         # record
-        self._record(decision, cut, verifier, phases, began, verify_began, verify_ended, ended, host_ms)
+        self._record(decision, cut, verifier, phases, began, verify_began, verify_ended, ended, host_ms,
+                     context=int(view.context_lens.sum()), catch_up_ms=catch_up_ms)
         self._last = (ended, frozenset(view.rids), True)
         return result
 
-    def _catch_up(self, batch, view, lengths: np.ndarray) -> None:
-        """The draft state of requests that draft again after steps without drafts, caught up in one pass."""
+    def _catch_up(self, batch, view, lengths: np.ndarray) -> float:
+        """The draft state of requests that draft again after steps without drafts, caught up in one pass; its
+        milliseconds (a one-off per resumption, priced on its own, kept out of the per-step fit)."""
         catch_up = self.backlog.take(view.rids, np.flatnonzero(lengths).tolist())
-        if catch_up is not None:
-            sgl.catch_up_draft(self.worker, batch, catch_up)
-            self.controller.counters.catch_up_rows += len(catch_up.tokens)
+        if catch_up is None:
+            return 0.0
+        began = time.perf_counter()
+        sgl.catch_up_draft(self.worker, batch, catch_up)
+        ms = (time.perf_counter() - began) * 1e3
+        self.controller.record_catch_up(len(catch_up.tokens), ms)
+        return ms
 
     # -- decide ----------------------------------------------------------------------------------------------
     def _start_up(self) -> None:
@@ -175,7 +182,8 @@ class FaserEngine:
         floors = np.array([c.floor for c in controls], dtype=np.int64)
         critical = np.array([c.latency_class == "critical" for c in controls], dtype=bool)
         decision = self.controller.decide(view.rids, caps=caps, floors=floors, padded=self.tiers is None,
-                                          uniform=self.verify_path != "ragged", critical=critical)
+                                          uniform=self.verify_path != "ragged", critical=critical,
+                                          context=int(view.context_lens.sum()), backlog=self.backlog.pending(view.rids))
         group, src = sgl.broadcast_group(self.worker)
         if group is not None:  # every TP rank runs rank 0's lengths and depth: the same shapes in every collective
             plan = broadcast_lengths(np.append(decision.lengths, decision.depth), len(view.rids) + 1, group, src)
@@ -198,10 +206,11 @@ class FaserEngine:
         """Ragged, frontier-chunked verification with early pruning (None: SGLang's single pass)."""
         if self.verify_path != "ragged" or sgl.target_call_wrapped(self.worker):
             return None
-        controller = self.controller
+        controller, context_lens = self.controller, view.context_lens
 
         def on_pass(vpass, began: float, ended: float) -> None:
-            controller.record_phase(VERIFY, len(vpass.members), vpass.rows, (ended - began) * 1e3)
+            controller.record_phase(VERIFY, len(vpass.members), vpass.rows, (ended - began) * 1e3,
+                                    context=int(context_lens[vpass.members].sum()))
             phases.append(("verify", began, ended))
 
         target_forward = sgl.target_forward(self.worker)
@@ -211,7 +220,7 @@ class FaserEngine:
 
     # -- record ----------------------------------------------------------------------------------------------
     def _record(self, decision, cut: DraftCut, verifier, phases, began, verify_began, verify_ended, ended,
-                host_ms) -> None:
+                host_ms, context: int, catch_up_ms: float) -> None:
         controller, bs = self.controller, len(decision.lengths)
         if cut.path is not None:
             self.draft_path = cut.path
@@ -226,11 +235,12 @@ class FaserEngine:
             rows = (decision.depth if self.tiers is not None else self.window) + 1
             controller.record_verification(bs * rows, 0, 0)
             verify_ms = (verify_ended - verify_began) * 1e3
-            controller.record_phase(VERIFY, bs, bs * rows, verify_ms)
+            controller.record_phase(VERIFY, bs, bs * rows, verify_ms, context=context)
         # the rest of the step, with the scheduler's host work since the last step, is the draft side's: a
-        # per-step cost that longer drafts amortise
+        # per-step cost that longer drafts amortise (a catch-up is a one-off per resumption and stays out of it)
         total_ms = (ended - began) * 1e3
-        controller.record_phase(DRAFT, bs, decision.depth, max(total_ms - verify_ms, 0.0) + host_ms, rows=cut.rows,
+        draft_ms = max(total_ms - verify_ms - catch_up_ms, 0.0) + host_ms
+        controller.record_phase(DRAFT, bs, decision.depth, draft_ms, rows=cut.rows,
                                 drafting=int(np.count_nonzero(decision.lengths)))
         self._end_step(phases, batch_size=bs)
 

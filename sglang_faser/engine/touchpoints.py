@@ -256,6 +256,7 @@ class StepBatch:
     rids: list
     controls: list  # each request's ``custom_params`` (checked in the HTTP process)
     prunable: np.ndarray  # [B] bool: acceptance is a plain argmax check, so an early rejection is final
+    context_lens: np.ndarray  # [B] each request's committed length: the context its verify rows attend to
 
 
 def worker_settings(worker) -> tuple[int, int, str]:
@@ -298,6 +299,7 @@ def step_batch(batch) -> StepBatch:
         rids=[req.rid for req in batch.reqs],
         controls=[req.sampling_params.custom_params for req in batch.reqs],
         prunable=_prunable_requests(batch),
+        context_lens=(batch.seq_lens_cpu if batch.seq_lens_cpu is not None else batch.seq_lens.cpu()).numpy(),
     )
 
 

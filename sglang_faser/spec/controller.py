@@ -32,6 +32,7 @@ from sglang_faser.spec.cost_model import DRAFT, VERIFY, StepCostModel
 from sglang_faser.spec.policy import make_policy
 
 MAX_PENDING_STEPS = 4  # decided steps awaiting their verify result; the overlap scheduler needs 2
+RESUME_HORIZON = 8  # steps of drafting a request's catch-up is spread over (it pays for those, not one)
 
 
 @dataclass(frozen=True)
@@ -112,10 +113,14 @@ class LengthController:
 
     def decide(self, rids: list[str], caps: np.ndarray | None = None, padded: bool = False,
                floors: np.ndarray | None = None, uniform: bool = False,
-               critical: np.ndarray | None = None) -> StepDecision:
+               critical: np.ndarray | None = None, context: int = 0,
+               backlog: np.ndarray | None = None) -> StepDecision:
         """Lengths and depth for this step's batch; ``caps`` / ``floors`` are per-request limits (custom_params).
 
         ``critical``: requests of ``latency_class: critical``, whose tokens count ``latency_weight`` times.
+        ``context``: the batch's context tokens (sum of its sequence lengths), part of every plan's verify cost.
+        ``backlog``: [B] skipped rows each request's draft must catch up before it drafts again; the catch-up is
+        charged to the step that resumes, spread over ``RESUME_HORIZON`` steps of drafting it enables.
         ``padded``: the worker verifies the full window whatever the lengths (no depth tiers available).
         ``uniform``: the verify backend gives every request the same rows, so the policy gives every request the
         same length (up to the per-request caps and floors).
@@ -132,7 +137,9 @@ class LengthController:
         mins = np.minimum(mins, limit)
         probs = self.tracker.accept_probs(rids)
         weights = None if critical is None else np.where(critical, self.config.latency_weight, 1.0)
-        lengths = self.policy.plan(probs, limit, mins, self.cost, uniform=uniform, weights=weights).lengths
+        resume = None if backlog is None else self.cost.catch_up_row_ms * np.asarray(backlog) / RESUME_HORIZON
+        lengths = self.policy.plan(probs, limit, mins, self.cost, uniform=uniform, weights=weights, context=context,
+                                   resume_ms=resume).lengths
         c = self.counters
         calibration = self.calibrating and not padded and self.config.mode is Mode.ADAPTIVE
         if calibration:
@@ -191,16 +198,21 @@ class LengthController:
         return self.counters.steps < self.calibration_steps
 
     def record_phase(self, phase: str, batch: int, size: int, ms: float, rows: int | None = None,
-                     drafting: int | None = None) -> None:
-        """A measured phase time (``rows``: draft rows computed; ``drafting``: requests with k_i > 0); during the
-        start-up sweep it joins the cost model's profile prior."""
+                     drafting: int | None = None, context: int = 0) -> None:
+        """A measured phase time (``rows``: draft rows computed; ``drafting``: requests with k_i > 0; ``context``:
+        context tokens a verify pass read); during the start-up sweep it joins the cost model's profile prior."""
         if self.counters.steps <= self.calibration_steps:
             if self.counters.steps > self.window + 1:  # the first sweep only warms each depth's runtime state up
-                self.cost.add_profile_sample(phase, batch, size, ms, rows, drafting)
+                self.cost.add_profile_sample(phase, batch, size, ms, rows, drafting, context)
             if self.counters.steps == self.calibration_steps and phase == DRAFT:
                 self.cost.refit()
         else:
-            self.cost.record(phase, batch, size, ms, rows, drafting)
+            self.cost.record(phase, batch, size, ms, rows, drafting, context)
+
+    def record_catch_up(self, rows: int, ms: float) -> None:
+        """A measured catch-up of ``rows`` skipped draft rows (priced for the requests that resume next)."""
+        self.counters.catch_up_rows += rows
+        self.cost.record_catch_up(rows, ms)
 
     def forget(self, rid: str) -> None:
         self.tracker.forget(rid)

@@ -7,15 +7,18 @@ coefficients, once over every sample and once per batch-size bucket (powers of t
 buckets weigh more; a step is priced by its own bucket's fit (costs are not linear in the batch size over the
 whole range: on CPU an attention pass costs more per request at 32 requests than at 4):
 
-    verify_ms(B, tokens)            = v0 + v_req * B + v_tok * tokens   (one TARGET_VERIFY pass over `tokens` rows;
-                                                                        a step verified in frontiers pays v0 per pass)
-    draft_ms(B, steps, rows, n)     = d0 + (d_ext + d_req * n) [steps > 0] + d_step * steps + d_row * rows
+    verify_ms(B, tokens, ctx)       = v0 + v_req * B + v_tok * tokens + v_ctx * ctx
+                                      (one TARGET_VERIFY pass over `tokens` rows of B requests whose contexts
+                                      hold `ctx` tokens in all; a step verified in frontiers pays v0 per pass)
+    draft_ms(B, steps, rows, n)     = d0 + (d_ext + d_req * n * (steps + 1)) [steps > 0] + d_step * steps
+                                      + d_row * rows
 
-The draft side is the rest of the step: d0 the scheduler's and our host work of every step, d_ext + d_req * n the
-draft-extend that keeps the draft current (a draft pass over the verified windows of the n requests that drafted:
-a fixed part and a part per request; a request with k_i = 0 is left out of it, a step where every k_i = 0 runs
-none, and the draft catches up when the request drafts again: ``engine/draft_backlog.py``), d_step each draft
-forward's fixed cost, d_row each request drafted in it. Drafting is cut per request
+The draft side is the rest of the step: d0 the scheduler's and our host work of every step, d_ext + d_req * n *
+(steps + 1) the draft-extend that keeps the draft current (a draft pass over the verified windows of the n
+requests that drafted, steps + 1 rows each whatever their own length, SGLang's uniform layout: a fixed part and
+a part per row; a request with k_i = 0 is left out of it, a step where every k_i = 0 runs none, and the draft
+catches up when the request drafts again: ``engine/draft_backlog.py``), d_step each draft forward's fixed cost,
+d_row each request drafted in it. Drafting is cut per request
 (``engine/draft_cut.py``): forward s only runs for requests with k_i >= s + 2, so ``rows`` = sum(max(k_i - 1, 0))
 and a request held at k_i = 1 costs no draft row however deep the step goes. Where the cut is not available the
 draft runs every request to the step's depth: ``rows`` = B * (steps - 1) (:func:`full_depth_rows`).
@@ -26,6 +29,10 @@ the fixed terms: the per-request terms carry a small ridge penalty, so they only
 the samples shows. That errs towards pricing speculation at a larger batch too cheaply, which the policy then
 tries and the fit corrects, rather than too dearly, which it would never try again (a step without drafts says
 nothing about what drafting costs).
+
+A request that drafts again after steps at k_i = 0 first catches its draft up (one batched draft extend over
+its skipped rows, ``engine/draft_backlog.py``): a one-off, kept out of the per-step fit and priced by its own
+running mean, ``catch_up_row_ms`` per skipped row.
 
 Profile samples stay as a prior; online samples live in a sliding window, so the fit follows load and thermal
 drift without forgetting the shape the profile established. One-off stalls are dropped by comparing each sample
@@ -43,25 +50,26 @@ import numpy as np
 
 VERIFY, DRAFT = "verify", "draft"
 OUTLIER_FACTOR = 4.0
+CATCH_UP_SMOOTHING = 0.2  # weight of the newest catch-up in catch_up_row_ms's running mean
 LOCAL_WEIGHT = 0.25  # a sample's weight in the fit for a batch-size bucket, per bucket away from it
 RIDGE = 1e-4  # penalty on the per-request terms, relative to each term's own sum of squares
 
 
-def _verify_features(batch, tokens) -> np.ndarray:
-    batch, tokens = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(tokens, dtype=float))
-    return np.stack([np.ones_like(batch), batch, tokens], axis=-1)
+def _verify_features(batch, tokens, context) -> np.ndarray:
+    batch, tokens, context = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (batch, tokens, context)))
+    return np.stack([np.ones_like(batch), batch, tokens, context], axis=-1)
 
 
 def _draft_features(batch, steps, rows, drafting) -> np.ndarray:
     batch, steps, rows, drafting = np.broadcast_arrays(
         *(np.asarray(v, dtype=float) for v in (batch, steps, rows, drafting)))
     drafts = (steps > 0).astype(float)
-    return np.stack([np.ones_like(batch), drafts, drafting * drafts, steps, rows], axis=-1)
+    return np.stack([np.ones_like(batch), drafts, drafting * drafts * (steps + 1), steps, rows], axis=-1)
 
 
-# the terms that grow with the batch (ridge-penalised), by phase: verify [v0, v_req, v_tok], draft [d0, d_ext,
-# d_req, d_step, d_row]
-PER_REQUEST = {VERIFY: np.array([False, True, True]), DRAFT: np.array([False, False, True, False, True])}
+# the terms that grow with the batch (ridge-penalised), by phase: verify [v0, v_req, v_tok, v_ctx], draft [d0,
+# d_ext, d_req, d_step, d_row]
+PER_REQUEST = {VERIFY: np.array([False, True, True, True]), DRAFT: np.array([False, False, True, False, True])}
 
 
 def full_depth_rows(batch, steps):
@@ -121,12 +129,13 @@ def _fit_nonnegative(x: np.ndarray, y: np.ndarray, fallback: np.ndarray, penalis
 class StepCostModel:
     """Linear step costs in milliseconds; see the module docstring for the terms."""
 
-    verify_coef: np.ndarray = field(default_factory=lambda: np.array([1.0, 0.0, 0.05]))
+    verify_coef: np.ndarray = field(default_factory=lambda: np.array([1.0, 0.0, 0.05, 0.0]))
     draft_coef: np.ndarray = field(default_factory=lambda: np.array([0.2, 0.0, 0.0, 0.2, 0.0]))
     window: int = 256
     refit_every: int = 32
     draft_cut: bool = False  # the runtime drafts each request only as far as its length (set by the worker)
     frontier_size: int = 0  # draft positions per verify pass (0: one pass per step); each pass pays v0
+    catch_up_row_ms: float = 0.0  # a catch-up's milliseconds per skipped row (running mean; 0 until measured)
 
     def __post_init__(self) -> None:
         self.verify_coef = np.asarray(self.verify_coef, dtype=float)
@@ -161,9 +170,10 @@ class StepCostModel:
         return local[bucket]
 
     # -- queries (vectorised over candidate plans) ------------------------------------------------------
-    def verify_ms(self, batch, tokens) -> np.ndarray:
-        v0, v_req, v_tok = np.moveaxis(self.coefs(VERIFY, batch), -1, 0)
-        return v0 + v_req * np.asarray(batch, dtype=float) + v_tok * np.asarray(tokens, dtype=float)
+    def verify_ms(self, batch, tokens, context=0) -> np.ndarray:
+        v0, v_req, v_tok, v_ctx = np.moveaxis(self.coefs(VERIFY, batch), -1, 0)
+        return (v0 + v_req * np.asarray(batch, dtype=float) + v_tok * np.asarray(tokens, dtype=float)
+                + v_ctx * np.asarray(context, dtype=float))
 
     def draft_ms(self, batch, steps, rows=None, drafting=None) -> np.ndarray:
         """Drafting ``steps`` positions (``rows`` request-forwards in all; default: every request at every step)
@@ -173,7 +183,7 @@ class StepCostModel:
         rows = full_depth_rows(batch, steps) if rows is None else rows
         drafting = batch if drafting is None else drafting
         steps = np.asarray(steps, dtype=float)
-        return (d0 + (d_ext + d_req * np.asarray(drafting, dtype=float)) * (steps > 0) + d_step * steps
+        return (d0 + (d_ext + d_req * np.asarray(drafting, dtype=float) * (steps + 1)) * (steps > 0) + d_step * steps
                 + d_row * np.asarray(rows, dtype=float))
 
     def plan_rows(self, lengths: np.ndarray) -> int | None:
@@ -188,25 +198,34 @@ class StepCostModel:
             return np.ones_like(depth)
         return np.where(depth > size, 1 + -(-(depth - size) // size), 1)
 
-    def step_ms(self, batch, verify_tokens, draft_steps, draft_rows=None, drafting=None) -> np.ndarray:
+    def step_ms(self, batch, verify_tokens, draft_steps, draft_rows=None, drafting=None, context=0) -> np.ndarray:
+        """A whole step; ``context``: the batch's context tokens (sum of its sequence lengths)."""
         extra_passes = self.verify_passes(draft_steps) - 1
-        return (self.verify_ms(batch, verify_tokens) + self.coefs(VERIFY, batch)[..., 0] * extra_passes
+        return (self.verify_ms(batch, verify_tokens, context) + self.coefs(VERIFY, batch)[..., 0] * extra_passes
                 + self.draft_ms(batch, draft_steps, draft_rows, drafting))
 
     # -- measurements ------------------------------------------------------------------------------------
     def add_profile_sample(self, phase: str, batch: int, size: int, ms: float, rows: int | None = None,
-                           drafting: int | None = None) -> None:
-        """A start-up measurement: ``size`` is verified tokens (verify) or draft steps (draft, with the draft
-        ``rows`` computed, default every request at every step, and the ``drafting`` requests, default all)."""
-        self._prior[phase].append((self._features(phase, batch, size, rows, drafting), float(ms), batch))
+                           drafting: int | None = None, context: int = 0) -> None:
+        """A start-up measurement: ``size`` is verified tokens (verify, over ``context`` tokens of context) or
+        draft steps (draft, with the draft ``rows`` computed, default every request at every step, and the
+        ``drafting`` requests, default all)."""
+        self._prior[phase].append((self._features(phase, batch, size, rows, drafting, context), float(ms), batch))
 
     def record(self, phase: str, batch: int, size: int, ms: float, rows: int | None = None,
-               drafting: int | None = None) -> None:
+               drafting: int | None = None, context: int = 0) -> None:
         """An online measurement of a real step; the model is refitted every ``refit_every`` samples."""
-        self._online[phase].append((self._features(phase, batch, size, rows, drafting), float(ms), batch))
+        self._online[phase].append((self._features(phase, batch, size, rows, drafting, context), float(ms), batch))
         self._since_refit += 1
         if self._since_refit >= self.refit_every:
             self.refit()
+
+    def record_catch_up(self, rows: int, ms: float) -> None:
+        """A measured catch-up of ``rows`` skipped rows."""
+        if rows > 0:
+            per_row = ms / rows
+            weight = CATCH_UP_SMOOTHING if self.catch_up_row_ms > 0 else 1.0
+            self.catch_up_row_ms += weight * (per_row - self.catch_up_row_ms)
 
     def refit(self) -> None:
         """The global fit (every sample alike) and one fit per batch-size bucket seen, weighting samples by
@@ -233,9 +252,10 @@ class StepCostModel:
             self._local[phase] = {}
 
     @staticmethod
-    def _features(phase: str, batch: int, size: int, rows: int | None = None, drafting: int | None = None):
+    def _features(phase: str, batch: int, size: int, rows: int | None = None, drafting: int | None = None,
+                  context: int = 0):
         if phase == VERIFY:
-            return _verify_features(batch, size)
+            return _verify_features(batch, size, context)
         if phase == DRAFT:
             return _draft_features(batch, size, full_depth_rows(batch, size) if rows is None else rows,
                                    batch if drafting is None else drafting)

@@ -47,18 +47,22 @@ class LengthPolicy(ABC):
     @abstractmethod
     def plan(
         self, accept_probs: np.ndarray, caps: np.ndarray, min_lens: np.ndarray, cost: StepCostModel,
-        uniform: bool = False, weights: np.ndarray | None = None,
+        uniform: bool = False, weights: np.ndarray | None = None, context: int = 0,
+        resume_ms: np.ndarray | None = None,
     ) -> StepPlan:
         """``accept_probs`` [B, K]; ``caps``/``min_lens`` [B] per-request bounds with min_lens <= caps <= K.
 
         ``uniform``: one length for the whole batch (clipped to each request's bounds), for verify backends that
         cannot give requests different row counts. ``weights`` [B]: how much each request's tokens count
-        (default 1; latency-critical requests more).
+        (default 1; latency-critical requests more). ``context``: the batch's context tokens (its sum of sequence
+        lengths), which every plan pays for in verification. ``resume_ms`` [B]: what each request pays, this step,
+        to draft at all (its draft's catch-up after steps at length 0, amortised; default 0).
         """
 
 
 def evaluate(
-    accept_probs: np.ndarray, lengths: np.ndarray, cost: StepCostModel, uniform: bool = False
+    accept_probs: np.ndarray, lengths: np.ndarray, cost: StepCostModel, uniform: bool = False, context: int = 0,
+    resume_ms: np.ndarray | None = None,
 ) -> tuple[float, float]:
     """(expected tokens, expected ms) of running ``lengths`` under the model (``uniform``: every request verifies
     the deepest length's rows)."""
@@ -67,15 +71,17 @@ def evaluate(
     survival = np.cumprod(accept_probs, axis=1)
     cols = np.arange(accept_probs.shape[1])[None, :]
     tokens = batch + float(np.where(cols < lengths[:, None], survival, 0.0).sum())
-    return tokens, float(plan_ms(cost, batch, lengths, uniform))
+    return tokens, float(plan_ms(cost, batch, lengths, uniform, context, resume_ms))
 
 
-def plan_ms(cost: StepCostModel, batch: int, lengths: np.ndarray, uniform: bool = False) -> np.ndarray:
+def plan_ms(cost: StepCostModel, batch: int, lengths: np.ndarray, uniform: bool = False,
+            context: int = 0, resume_ms: np.ndarray | None = None) -> np.ndarray:
     """Modelled step time of each plan (rows of ``lengths``) at the depth it runs (its deepest length)."""
     depth = lengths.max(axis=-1, initial=0)
     verify = batch * (depth + 1) if uniform else batch + lengths.sum(axis=-1)
     rows = np.maximum(lengths - 1, 0).sum(axis=-1) if cost.draft_cut else None
-    return cost.step_ms(batch, verify, depth, rows, drafting=(lengths > 0).sum(axis=-1))
+    resuming = 0.0 if resume_ms is None else (np.asarray(resume_ms) * (lengths > 0)).sum(axis=-1)
+    return cost.step_ms(batch, verify, depth, rows, drafting=(lengths > 0).sum(axis=-1), context=context) + resuming
 
 
 class FixedPolicy(LengthPolicy):
@@ -87,9 +93,10 @@ class FixedPolicy(LengthPolicy):
     def __init__(self, length: int):
         self.length = length
 
-    def plan(self, accept_probs, caps, min_lens, cost, uniform=False, weights=None) -> StepPlan:
+    def plan(self, accept_probs, caps, min_lens, cost, uniform=False, weights=None, context=0,
+             resume_ms=None) -> StepPlan:
         lengths = np.clip(np.full(len(caps), self.length, dtype=np.int64), min_lens, caps)
-        return StepPlan(lengths, *evaluate(accept_probs, lengths, cost, uniform))
+        return StepPlan(lengths, *evaluate(accept_probs, lengths, cost, uniform, context, resume_ms))
 
 
 class GoodputPolicy(LengthPolicy):
@@ -99,7 +106,8 @@ class GoodputPolicy(LengthPolicy):
     def __init__(self):
         self._warm: np.ndarray | None = None  # the last plan's ratio per depth cap: the next step's start
 
-    def plan(self, accept_probs, caps, min_lens, cost, uniform=False, weights=None) -> StepPlan:
+    def plan(self, accept_probs, caps, min_lens, cost, uniform=False, weights=None, context=0,
+             resume_ms=None) -> StepPlan:
         accept_probs = np.clip(np.asarray(accept_probs, dtype=np.float64), 0.0, 1.0)
         caps = np.asarray(caps, dtype=np.int64)
         min_lens = np.minimum(np.asarray(min_lens, dtype=np.int64), caps)
@@ -110,27 +118,32 @@ class GoodputPolicy(LengthPolicy):
         # gain[i, k] = w_i T_i(k): request i's weighted expected tokens at length k
         gain = w[:, None] * np.concatenate((np.ones((batch, 1)), 1.0 + np.cumsum(np.cumprod(accept_probs, axis=1),
                                                                              axis=1)), axis=1)
+        resume = np.zeros(batch) if resume_ms is None else np.asarray(resume_ms, dtype=np.float64)
         if uniform:
-            return self._uniform(gain, caps, min_lens, cost, batch, width)
-        return self._dinkelbach(gain, caps, min_lens, cost, batch, width)
+            return self._uniform(gain, caps, min_lens, cost, batch, width, context, resume)
+        return self._dinkelbach(gain, caps, min_lens, cost, batch, width, context, resume)
 
-    def _dinkelbach(self, gain, caps, min_lens, cost, batch: int, width: int) -> StepPlan:
+    def _dinkelbach(self, gain, caps, min_lens, cost, batch: int, width: int, context: int,
+                    resume: np.ndarray) -> StepPlan:
         """The exact optimum for every depth cap D = 0..K at once, then the best D.
 
         Survival falls with k and, past the first draft, the marginal cost of a draft does not change, so for a
         given ratio lambda request i's best length among k >= 1 is a threshold: one plus the number of positions
         past the first whose marginal value w_i m_i[k] exceeds lambda times their marginal cost, clipped to its
-        bounds and the cap D. The first draft costs more (the request joins the draft-extend), so that length is
-        then compared with k = 0 (Dinkelbach's parametric step: each request's own argmax of w_i T_i(k) -
-        lambda cost_i(k)); the ratio rises until no request's choice changes it."""
+        bounds and the cap D. The first draft costs more (the request joins the draft-extend, D + 1 rows, and
+        after steps at length 0 its draft catches up first), so that length is then compared with k = 0
+        (Dinkelbach's parametric step: each request's own argmax of w_i T_i(k) - lambda cost_i(k)); the ratio
+        rises until no request's choice changes it."""
         ks = np.arange(width + 1)
         depths = ks[:, None]  # one candidate cap per possible depth, [D, 1]
-        v0, v_req, v_tok = cost.coefs(VERIFY, batch)
+        v0, v_req, v_tok, v_ctx = cost.coefs(VERIFY, batch)
         d0, d_ext, d_req, d_step, d_row = cost.coefs(DRAFT, batch)
-        # the per-request part of the cost: rows past the root, its share of the draft-extend once it drafts, and
-        # draft rows where drafting is cut per request
-        per_k = v_tok * ks + d_req * (ks > 0) + (d_row * np.maximum(ks - 1, 0) if cost.draft_cut else 0.0)  # [K+1]
-        fixed = (v0 * cost.verify_passes(depths[:, 0]) + (v_req + v_tok) * batch + d0 + d_step * depths[:, 0]
+        # the per-request part of the cost: rows past the root and draft rows where drafting is cut per request
+        # [K + 1], and its D + 1 rows in the draft-extend once it drafts at all [D]
+        per_k = v_tok * ks + (d_row * np.maximum(ks - 1, 0) if cost.draft_cut else 0.0)
+        join = d_req * (ks + 1.0)
+        fixed = (v0 * cost.verify_passes(depths[:, 0]) + (v_req + v_tok) * batch + v_ctx * context + d0
+                 + d_step * depths[:, 0]
                  + d_ext * (depths[:, 0] > 0)  # the draft-extend's fixed part: only steps that draft pay it
                  + (0.0 if cost.draft_cut else d_row * batch * np.maximum(depths[:, 0] - 1, 0)))  # [D]
         # worth of positions 2..K (marginal value per marginal cost), [K - 1, B]
@@ -141,21 +154,30 @@ class GoodputPolicy(LengthPolicy):
         first = np.maximum(low, 1)
         closed = high == 0  # the cap allows no draft
         may_rest = (low == 0) | closed  # k = 0 allowed
-        # the ratio at and above which resting (k = 0) is worth as much as drafting k: (T(k) - T(0)) / cost(k)
-        rest_above = ((gain[:, 1:] - gain[:, :1]) / np.maximum(per_k[1:], 1e-12)).ravel()
+        # the ratio at and above which resting (k = 0) is worth as much as drafting k: (T(k) - T(0)) / cost(k),
+        # [D, B * K]
+        rest_above = ((gain[:, 1:] - gain[:, :1])[None, :, :]
+                      / np.maximum(per_k[None, None, 1:] + join[:, None, None] + resume[None, :, None], 1e-12)
+                      ).reshape(width + 1, -1)
         rest_offsets = np.arange(batch)[None, :] * width - 1
         flat, offsets = gain.ravel(), np.arange(batch)[None, :] * (width + 1)
 
         def tokens_of(plan):
             return flat.take(plan + offsets).sum(axis=1)
 
+        def ms_of(plan, depth):  # plans [D, B] priced at depth ``depth`` [D]
+            drafts = plan > 0
+            return (fixed.take(depth) + per_k.take(plan).sum(axis=1) + join.take(depth) * drafts.sum(axis=1)
+                    + (drafts * resume).sum(axis=1))
+
         def ratio_of(plan):
-            return tokens_of(plan) / np.maximum(fixed + per_k.take(plan).sum(axis=1), 1e-9)
+            return tokens_of(plan) / np.maximum(ms_of(plan, ks), 1e-9)
 
         def best_at(ratio):  # each request's best length at this ratio (ties: shorter)
             above = np.add.reduce(worth[:, None, :] > ratio[None, :, None], axis=0, dtype=np.int16)
             drafting = np.minimum(np.maximum(1 + above, first), high)  # the best k >= 1 (where high >= 1)
-            rest = may_rest & (closed | (ratio[:, None] >= rest_above.take(np.maximum(drafting, 1) + rest_offsets)))
+            rest_at = np.take_along_axis(rest_above, np.maximum(drafting, 1) + rest_offsets, axis=1)
+            rest = may_rest & (closed | (ratio[:, None] >= rest_at))
             return np.where(rest, 0, drafting)
 
         # start from a feasible plan: the thresholds at the last step's optimal ratios (the batch changes little
@@ -174,14 +196,15 @@ class GoodputPolicy(LengthPolicy):
         self._warm = ratio
         # score each cap's plan at the depth it really runs (its deepest length; ``plan_ms`` in closed form) and
         # keep the best
-        tokens, ms = tokens_of(choice), fixed.take(choice.max(axis=1)) + per_k.take(choice).sum(axis=1)
+        tokens, ms = tokens_of(choice), ms_of(choice, choice.max(axis=1))
         best = int(np.argmax(np.where(feasible, tokens / np.maximum(ms, 1e-9), -np.inf)))
         return StepPlan(choice[best].astype(np.int64), float(tokens[best]), float(ms[best]))
 
-    def _uniform(self, gain, caps, min_lens, cost, batch: int, width: int) -> StepPlan:
+    def _uniform(self, gain, caps, min_lens, cost, batch: int, width: int, context: int,
+                 resume: np.ndarray) -> StepPlan:
         lengths = np.clip(np.arange(width + 1)[:, None], min_lens[None, :], caps[None, :])  # [K + 1, B]
         tokens = gain[np.arange(batch)[None, :], lengths].sum(axis=1)
-        ms = plan_ms(cost, batch, lengths, uniform=True)
+        ms = plan_ms(cost, batch, lengths, uniform=True, context=context, resume_ms=resume)
         best = int(np.argmax(tokens / np.maximum(ms, 1e-9)))
         return StepPlan(lengths[best].astype(np.int64), float(tokens[best]), float(ms[best]))
 

@@ -98,7 +98,7 @@ def test_telemetry_json_shares_add_up(control_server):
     assert snapshot["verify_path"] == "ragged" and snapshot["draft_path"] in ("cut", "full-depth", "none")
     assert len(snapshot["total"]["acceptance_by_position"]) <= WINDOW
     model = snapshot["model"]  # the policy's beliefs, fitted on this machine
-    assert len(model["verify_coef"]) == 3 and len(model["draft_coef"]) == 5
+    assert len(model["verify_coef"]) == 4 and len(model["draft_coef"]) == 5
     assert all(c >= 0 for c in model["verify_coef"] + model["draft_coef"]) and sum(model["verify_coef"]) > 0
     assert len(model["accept_by_position"]) == WINDOW and all(0 <= a <= 1 for a in model["accept_by_position"])
 

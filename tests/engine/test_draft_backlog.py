@@ -72,3 +72,11 @@ def test_a_request_that_drafts_without_catching_up_loses_its_rows():
     _step(backlog, ["a", "b"], 200, skipped=[1])  # a drafted
     got = backlog.take(["a", "b"])
     assert got.members == [1] and got.tokens.tolist() == [101, 201]
+
+
+def test_pending_counts_each_requests_rows_in_batch_order():
+    backlog = DraftBacklog()
+    _step(backlog, ["a", "b", "c"], 100)
+    _step(backlog, ["a", "b", "c"], 200, skipped=[0, 2])
+    assert backlog.pending(["c", "b", "a", "x"]).tolist() == [2, 0, 2, 0]
+

@@ -38,7 +38,7 @@ def test_operator_max_len_caps_the_window_and_mode_off_proposes_nothing():
 
 def _cheap_drafts() -> StepCostModel:
     """A GPU-like batch-1 cost: a verify pass costs about the same at 1 or 9 rows, a draft forward a tenth."""
-    return StepCostModel(verify_coef=[10.0, 0.5, 0.05], draft_coef=[1.0, 0.0, 0.1, 1.0, 0.0])
+    return StepCostModel(verify_coef=[10.0, 0.5, 0.05, 0.0], draft_coef=[1.0, 0.0, 0.1, 1.0, 0.0])
 
 
 def test_at_batch_one_a_sure_request_reaches_max_len_within_ten_steps():
@@ -104,7 +104,7 @@ def test_model_report_shows_the_fitted_costs_and_the_acceptance_it_learned():
         controller.record_phase("verify", 2, 4, 2.0)
     after = controller.model_report()
     assert after["accept_by_position"][0] < before["accept_by_position"][0] / 2
-    assert after["verify_mape"] is not None and len(after["verify_coef"]) == 3 and len(after["draft_coef"]) == 5
+    assert after["verify_mape"] is not None and len(after["verify_coef"]) == 4 and len(after["draft_coef"]) == 5
 
 
 def test_overlap_order_credits_each_result_to_the_step_it_belongs_to():
@@ -136,7 +136,7 @@ def test_pending_decisions_are_bounded_when_results_go_missing():
 
 
 def test_uniform_backend_gets_one_length_for_the_whole_batch():
-    rows_cost = StepCostModel(verify_coef=[1.0, 0.0, 0.5], draft_coef=[0.2, 0.0, 0.0, 0.2, 0.0])  # rows matter
+    rows_cost = StepCostModel(verify_coef=[1.0, 0.0, 0.5, 0.0], draft_coef=[0.2, 0.0, 0.0, 0.2, 0.0])  # rows matter
     controller = LengthController(FaserConfig(), window=4, cost=rows_cost)
     split = []
     for _ in range(30):  # a always accepts, b never does: per-request lengths split them (b probed now and then)

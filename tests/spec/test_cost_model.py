@@ -12,9 +12,13 @@ def test_profile_fit_recovers_a_linear_verify_cost():
     model = StepCostModel()
     for batch in (1, 4, 16):
         for tokens in (batch, 2 * batch, 4 * batch):
-            model.add_profile_sample(VERIFY, batch, tokens, 3.0 + 0.1 * batch + 0.5 * tokens)
+            for prefix in (32, 256):
+                context = batch * prefix
+                model.add_profile_sample(VERIFY, batch, tokens, 3.0 + 0.1 * batch + 0.5 * tokens + 0.01 * context,
+                                         context=context)
     model.refit()
-    assert model.verify_coef == pytest.approx([3.0, 0.1, 0.5], rel=1e-2)  # the ridge's bias is tiny
+    assert model.verify_coef == pytest.approx([3.0, 0.1, 0.5, 0.01], rel=1e-2)  # the ridge's bias is tiny
+    assert model.verify_ms(8, 16, context=8 * 200) == pytest.approx(3.0 + 0.8 + 8.0 + 16.0, rel=1e-2)
 
 
 def test_draft_cost_grows_with_steps_and_coefficients_stay_nonnegative():
@@ -44,7 +48,7 @@ def test_online_samples_move_the_fit():
 
 
 def test_vectorised_queries():
-    model = StepCostModel(verify_coef=[1.0, 0.0, 1.0], draft_coef=[0.5, 0.0, 0.0, 2.0, 0.0])
+    model = StepCostModel(verify_coef=[1.0, 0.0, 1.0, 0.0], draft_coef=[0.5, 0.0, 0.0, 2.0, 0.0])
     ms = model.step_ms(4, np.array([4, 8, 12]), np.array([0, 1, 2]))
     assert ms.tolist() == [5.5, 11.5, 17.5]
 
@@ -64,28 +68,28 @@ def test_draft_rows_are_fitted_apart_from_draft_steps():
     for batch in (1, 4, 16):
         for steps in range(0, 6):
             for rows in {0, batch * max(steps - 1, 0), max(steps - 1, 0)}:
-                ms = 1.0 + (0.7 + 0.2 * batch) * (steps > 0) + 0.5 * steps + 0.3 * rows
+                ms = 1.0 + (0.7 + 0.2 * batch * (steps + 1)) * (steps > 0) + 0.5 * steps + 0.3 * rows
                 model.add_profile_sample(DRAFT, batch, steps, ms, rows=rows)
     model.refit()
     assert model.draft_coef == pytest.approx([1.0, 0.7, 0.2, 0.5, 0.3], rel=1e-3)
     assert model.draft_ms(16, 0) == pytest.approx(1.0)  # a step without drafts skips the draft-extend
-    assert model.draft_ms(16, 5) == pytest.approx(1.0 + 0.7 + 3.2 + 2.5 + 0.3 * 64, rel=1e-3)  # default: full depth
+    assert model.draft_ms(16, 5) == pytest.approx(1.0 + 0.7 + 0.2 * 16 * 6 + 2.5 + 0.3 * 64, rel=1e-3)  # full depth
     model.draft_cut = True
     assert model.plan_rows(np.array([5, 1, 0, 2])) == 5  # 4 + 0 + 0 + 1
 
 
 def test_the_draft_extend_is_priced_per_request_that_drafts():
-    """Requests with k = 0 are left out of the draft-extend: its per-request part follows the drafting requests,
-    not the batch."""
+    """Requests with k = 0 are left out of the draft-extend: its rows are the drafting requests' (depth + 1 each),
+    not the batch's."""
     model = StepCostModel()
     for batch in (4, 8, 16):
         for drafting in range(0, batch + 1, 2):
             for steps in (1, 3) if drafting else (0,):
-                ms = 1.0 + (0.7 + 0.4 * drafting) * (steps > 0) + 0.5 * steps
+                ms = 1.0 + (0.7 + 0.4 * drafting * (steps + 1)) * (steps > 0) + 0.5 * steps
                 model.add_profile_sample(DRAFT, batch, steps, ms, rows=0, drafting=drafting)
     model.refit()
     assert model.draft_coef == pytest.approx([1.0, 0.7, 0.4, 0.5, 0.0], abs=1e-2)
-    assert model.draft_ms(16, 3, 0, drafting=2) == pytest.approx(1.0 + 0.7 + 0.8 + 1.5, rel=1e-2)
+    assert model.draft_ms(16, 3, 0, drafting=2) == pytest.approx(1.0 + 0.7 + 0.4 * 2 * 4 + 1.5, rel=1e-2)
 
 
 def test_costs_seen_at_one_batch_size_are_taken_as_fixed_until_other_sizes_show_otherwise():
@@ -98,13 +102,13 @@ def test_costs_seen_at_one_batch_size_are_taken_as_fixed_until_other_sizes_show_
     model.refit()
     assert model.draft_coef[1] == pytest.approx(3.5, rel=0.05)  # d_ext, not d_req
     assert model.draft_ms(32, 1, rows=0) - model.draft_ms(32, 0, rows=0) == pytest.approx(5.5, rel=0.05)
-    for _ in range(20):  # larger batches arrive: the extend costs 0.3 ms more per request
+    for _ in range(20):  # larger batches arrive: the extend costs 0.1 ms per row (depth + 1 per request)
         for batch in (4, 16):
             for steps in range(0, 6):
-                model.record(DRAFT, batch, steps, 3.0 + (3.5 + 0.3 * batch) * (steps > 0) + 2.0 * steps,
-                             rows=max(steps - 1, 0))
+                ms = 3.0 + (3.5 + 0.1 * batch * (steps + 1)) * (steps > 0) + 2.0 * steps
+                model.record(DRAFT, batch, steps, ms, rows=max(steps - 1, 0))
     model.refit()
-    assert model.draft_coef[2] == pytest.approx(0.3, rel=0.05)
+    assert model.draft_coef[2] == pytest.approx(0.1, rel=0.05)
 
 
 def test_a_step_is_priced_from_samples_of_batches_like_its_own():
@@ -128,7 +132,7 @@ def test_a_step_is_priced_from_samples_of_batches_like_its_own():
 def test_a_burst_of_large_batches_is_kept_while_a_one_off_stall_is_dropped():
     """After a quiet spell of batch-1 steps, a burst's batch-64 steps are slow because of their shape: the robust
     filter compares each sample with the fit's prediction for that shape, not with the window's median."""
-    model = StepCostModel(verify_coef=[1.0, 0.0, 0.05], refit_every=10_000)
+    model = StepCostModel(verify_coef=[1.0, 0.0, 0.05, 0.0], refit_every=10_000)
     for _ in range(200):
         model.record("verify", 1, 2, 1.0 + 0.05 * 2)
     model.refit()
@@ -141,7 +145,20 @@ def test_a_burst_of_large_batches_is_kept_while_a_one_off_stall_is_dropped():
 
 
 def test_each_frontier_pass_pays_the_verify_intercept():
-    model = StepCostModel(verify_coef=[2.0, 0.0, 0.0], draft_coef=[0.0, 0.0, 0.0, 0.0, 0.0])
+    model = StepCostModel(verify_coef=[2.0, 0.0, 0.0, 0.0], draft_coef=[0.0, 0.0, 0.0, 0.0, 0.0])
     assert model.step_ms(1, 5, 4) == pytest.approx(2.0)
     model.frontier_size = 1
     assert model.step_ms(1, 5, 4) == pytest.approx(8.0)  # frontiers [0,2) [2,3) [3,4) [4,5): four passes
+
+
+def test_a_catch_up_is_priced_per_skipped_row_by_its_running_mean():
+    model = StepCostModel()
+    assert model.catch_up_row_ms == 0.0  # nothing measured: resuming is free
+    model.record_catch_up(10, 5.0)
+    assert model.catch_up_row_ms == pytest.approx(0.5)  # the first measurement is taken as it is
+    for _ in range(40):
+        model.record_catch_up(20, 2.0)
+    assert model.catch_up_row_ms == pytest.approx(0.1, rel=1e-3)
+    model.record_catch_up(0, 3.0)  # nothing caught up: no information
+    assert model.catch_up_row_ms == pytest.approx(0.1, rel=1e-3)
+

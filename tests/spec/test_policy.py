@@ -14,7 +14,7 @@ K = 8
 
 
 def linear_cost(per_token: float, overhead: float = 5.0, draft_step: float = 0.0) -> StepCostModel:
-    return StepCostModel(verify_coef=[overhead, 0.0, per_token], draft_coef=[0.0, 0.0, 0.0, draft_step, 0.0])
+    return StepCostModel(verify_coef=[overhead, 0.0, per_token, 0.0], draft_coef=[0.0, 0.0, 0.0, draft_step, 0.0])
 
 
 def plan(accept, cost, caps=None, min_lens=None):
@@ -58,7 +58,7 @@ def test_flat_cost_never_loses_to_the_best_fixed_length(seed):
     batch = int(rng.integers(1, 64))
     accept = rng.uniform(0.0, 1.0, size=(batch, K)) ** rng.uniform(0.2, 3.0, size=(batch, 1))
     cost = StepCostModel(
-        verify_coef=[rng.uniform(1, 20), 0.0, 0.0], draft_coef=[0.0, 0.0, 0.0, rng.uniform(0, 3), 0.0]
+        verify_coef=[rng.uniform(1, 20), 0.0, 0.0, 0.0], draft_coef=[0.0, 0.0, 0.0, rng.uniform(0, 3), 0.0]
     )
     caps, mins = np.full(batch, K), np.zeros(batch, dtype=int)
     chosen = GoodputPolicy().plan(accept, caps, mins, cost)
@@ -72,7 +72,7 @@ def test_rising_cost_never_loses_to_the_best_fixed_length(seed):
     batch = int(rng.integers(1, 128))
     accept = rng.uniform(0.0, 1.0, size=(batch, K))
     cost = StepCostModel(
-        verify_coef=[rng.uniform(1, 20), rng.uniform(0, 0.1), rng.uniform(0, 1)],
+        verify_coef=[rng.uniform(1, 20), rng.uniform(0, 0.1), rng.uniform(0, 1), 0.0],
         draft_coef=[rng.uniform(0, 2), rng.uniform(0, 2), 0.0, rng.uniform(0, 3), rng.uniform(0, 0.05)],
     )
     caps, mins = np.full(batch, K), np.zeros(batch, dtype=int)
@@ -109,7 +109,7 @@ def test_with_drafting_cut_per_request_the_plan_is_priced_as_it_runs(seed):
     batch = int(rng.integers(1, 64))
     accept = rng.uniform(0.0, 1.0, size=(batch, K))
     cost = StepCostModel(
-        verify_coef=[rng.uniform(1, 20), rng.uniform(0, 0.1), rng.uniform(0, 1)],
+        verify_coef=[rng.uniform(1, 20), rng.uniform(0, 0.1), rng.uniform(0, 1), 0.0],
         draft_coef=[rng.uniform(0, 2), rng.uniform(0, 2), 0.0, rng.uniform(0, 3), rng.uniform(0, 2)],
         draft_cut=True,
     )
@@ -123,21 +123,31 @@ def test_with_drafting_cut_per_request_the_plan_is_priced_as_it_runs(seed):
 def test_costly_draft_rows_keep_a_weak_request_at_one_draft_beside_a_sure_one():
     # a draft row (one request in one draft forward) costs 2 ms; the first draft token needs no row of its own
     accept = np.stack([np.ones(K), np.full(K, 0.3)])
-    cost = StepCostModel(verify_coef=[10.0, 0.0, 0.01], draft_coef=[0.0, 0.0, 0.0, 0.1, 2.0], draft_cut=True)
+    cost = StepCostModel(verify_coef=[10.0, 0.0, 0.01, 0.0], draft_coef=[0.0, 0.0, 0.0, 0.1, 2.0], draft_cut=True)
     assert plan(accept, cost).lengths.tolist() == [K, 1]
     cost.draft_cut = False  # every request drafted to the step's depth: going deep for one costs rows for both
     assert plan(accept, cost).lengths.tolist() == [1, 1]
 
 
 def test_a_weak_request_beside_a_sure_one_is_held_at_zero_when_its_draft_extend_costs():
-    """A request with k = 0 is left out of the draft-extend, so its first draft costs its extend row too: with
-    a costly extend row a weak request gets no draft at all beside a sure one, which drafts to the end."""
+    """A request with k = 0 is left out of the draft-extend, so its first draft costs its extend rows too: with
+    costly extend rows (depth + 1 of them) a weak request gets no draft at all beside a sure one, which drafts to
+    the end."""
     accept = np.array([[0.95] * 4, [0.3] * 4])
     caps, mins = np.full(2, 4), np.zeros(2, dtype=np.int64)
-    costly = StepCostModel(verify_coef=[10.0, 0.0, 0.1], draft_coef=[0.0, 1.0, 4.0, 0.5, 0.1], draft_cut=True)
+    costly = StepCostModel(verify_coef=[10.0, 0.0, 0.1, 0.0], draft_coef=[0.0, 1.0, 1.0, 0.5, 0.1], draft_cut=True)
     assert GoodputPolicy().plan(accept, caps, mins, costly).lengths.tolist() == [4, 0]
-    free = StepCostModel(verify_coef=[10.0, 0.0, 0.1], draft_coef=[0.0, 1.0, 0.0, 0.5, 0.1], draft_cut=True)
+    free = StepCostModel(verify_coef=[10.0, 0.0, 0.1, 0.0], draft_coef=[0.0, 1.0, 0.0, 0.5, 0.1], draft_cut=True)
     assert GoodputPolicy().plan(accept, caps, mins, free).lengths[1] >= 1
+
+
+def test_a_request_whose_draft_must_catch_up_resumes_only_when_it_pays_for_the_catch_up():
+    accept = np.array([[0.95] * 4, [0.6] * 4])
+    caps, mins = np.full(2, 4), np.zeros(2, dtype=np.int64)
+    cost = StepCostModel(verify_coef=[10.0, 0.0, 0.1, 0.0], draft_coef=[0.0, 1.0, 0.1, 0.5, 0.1], draft_cut=True)
+    assert GoodputPolicy().plan(accept, caps, mins, cost).lengths[1] >= 1
+    assert GoodputPolicy().plan(accept, caps, mins, cost, resume_ms=np.array([0.0, 0.3])).lengths[1] >= 1
+    assert GoodputPolicy().plan(accept, caps, mins, cost, resume_ms=np.array([0.0, 20.0])).lengths.tolist() == [4, 0]
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -147,7 +157,7 @@ def test_uniform_gives_every_request_one_length_up_to_its_bounds(seed):
     accept = rng.uniform(0.0, 1.0, size=(batch, K))
     caps = np.where(rng.uniform(size=batch) < 0.2, rng.integers(0, K + 1, size=batch), K)
     mins = np.minimum(np.where(rng.uniform(size=batch) < 0.2, rng.integers(0, 3, size=batch), 0), caps)
-    cost = StepCostModel(verify_coef=[rng.uniform(1, 20), 0.0, rng.uniform(0, 1)],
+    cost = StepCostModel(verify_coef=[rng.uniform(1, 20), 0.0, rng.uniform(0, 1), 0.0],
                          draft_coef=[0.0, 0.0, 0.0, rng.uniform(0, 3), 0.0])
     result = GoodputPolicy().plan(accept, caps, mins, cost, uniform=True)
     uniform = [np.clip(j, mins, caps).tolist() for j in range(K + 1)]  # equal wherever no cap or floor clips
@@ -166,8 +176,9 @@ def test_uniform_keeps_a_sure_and_a_hopeless_request_at_the_same_length():
     assert together.lengths[0] == together.lengths[1]
 
 
-def _brute_force(accept, caps, mins, cost, weights):
+def _brute_force(accept, caps, mins, cost, weights, context=0, resume=None):
     """Every plan in the product of the per-request ranges, scored under the model (small cases only)."""
+    resume = np.zeros(len(caps)) if resume is None else resume
     import itertools
 
     batch = len(caps)
@@ -178,7 +189,8 @@ def _brute_force(accept, caps, mins, cost, weights):
         tokens = float((weights * (1.0 + np.where(np.arange(accept.shape[1])[None, :] < lengths[:, None],
                                                   survival, 0.0).sum(axis=1))).sum())
         ms = float(cost.step_ms(batch, batch + int(lengths.sum()), int(lengths.max(initial=0)),
-                                cost.plan_rows(lengths), drafting=int(np.count_nonzero(lengths))))
+                                cost.plan_rows(lengths), drafting=int(np.count_nonzero(lengths)), context=context)
+                   + resume[lengths > 0].sum())
         if tokens / ms > best + 1e-12:
             best, best_plan = tokens / ms, lengths
     return best, best_plan
@@ -187,7 +199,8 @@ def _brute_force(accept, caps, mins, cost, weights):
 @settings(max_examples=150, deadline=None)
 @given(data=st.data())
 def test_the_plan_is_the_exact_optimum_of_its_model(data):
-    """Dinkelbach over every depth cap returns what brute force over every plan finds (weighted goodput)."""
+    """Dinkelbach over every depth cap returns what brute force over every plan finds (weighted goodput, with
+    the batch's context and each request's cost of resuming)."""
     batch = data.draw(st.integers(1, 3))
     width = data.draw(st.integers(1, 4))
     unit = st.floats(0.0, 1.0)
@@ -197,13 +210,15 @@ def test_the_plan_is_the_exact_optimum_of_its_model(data):
     mins = np.minimum(np.array(data.draw(st.lists(st.integers(0, 2), min_size=batch, max_size=batch))), caps)
     weights = np.array(data.draw(st.lists(st.sampled_from([1.0, 4.0]), min_size=batch, max_size=batch)))
     coef = st.floats(0.0, 3.0)
-    cost = StepCostModel(verify_coef=[data.draw(st.floats(0.1, 10.0)), data.draw(coef), data.draw(coef)],
+    cost = StepCostModel(verify_coef=[data.draw(st.floats(0.1, 10.0)), data.draw(coef), data.draw(coef), data.draw(coef)],
                          draft_coef=[data.draw(coef) for _ in range(5)],
                          draft_cut=data.draw(st.booleans()))
-    plan = GoodputPolicy().plan(accept, caps, mins, cost, weights=weights)
-    best, _ = _brute_force(accept, caps, mins, cost, weights)
+    context = data.draw(st.integers(0, 500))
+    resume = np.array(data.draw(st.lists(st.sampled_from([0.0, 0.5, 5.0]), min_size=batch, max_size=batch)))
+    plan = GoodputPolicy().plan(accept, caps, mins, cost, weights=weights, context=context, resume_ms=resume)
+    best, _ = _brute_force(accept, caps, mins, cost, weights, context, resume)
     assert np.all(plan.lengths >= mins) and np.all(plan.lengths <= caps)
-    tokens, ms = evaluate(accept, plan.lengths, cost)  # unweighted expectation of the returned plan
+    tokens, ms = evaluate(accept, plan.lengths, cost, context=context, resume_ms=resume)  # unweighted tokens
     weighted = float((weights * (1.0 + np.where(np.arange(width)[None, :] < plan.lengths[:, None],
                                                 np.cumprod(accept, axis=1), 0.0).sum(axis=1))).sum())
     assert weighted / ms >= best * (1 - 1e-9), (plan.lengths, weighted / ms, best)
@@ -216,7 +231,7 @@ def test_the_plan_never_loses_to_the_best_uniform_length(seed, batch):
     width = 8
     accept = rng.uniform(0.0, 1.0, (batch, width)) ** rng.uniform(0.2, 3.0)
     caps, mins = np.full(batch, width), np.zeros(batch, dtype=np.int64)
-    cost = StepCostModel(verify_coef=rng.uniform(0.0, [10.0, 1.0, 1.0]),
+    cost = StepCostModel(verify_coef=rng.uniform(0.0, [10.0, 1.0, 1.0, 0.01]),
                          draft_coef=rng.uniform(0.0, [2.0, 2.0, 0.5, 2.0, 0.5]), draft_cut=bool(rng.integers(2)))
     plan = GoodputPolicy().plan(accept, caps, mins, cost)
     best_uniform = max(FixedPolicy(k).plan(accept, caps, mins, cost).goodput for k in range(width + 1))
