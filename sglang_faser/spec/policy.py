@@ -108,16 +108,20 @@ class GoodputPolicy(LengthPolicy):
 
     def plan(self, accept_probs, caps, min_lens, cost, uniform=False, weights=None, context=0,
              resume_ms=None) -> StepPlan:
-        accept_probs = np.clip(np.asarray(accept_probs, dtype=np.float64), 0.0, 1.0)
+        accept_probs = np.asarray(accept_probs, dtype=np.float64)
         caps = np.asarray(caps, dtype=np.int64)
         min_lens = np.minimum(np.asarray(min_lens, dtype=np.int64), caps)
         batch, width = accept_probs.shape
         if batch == 0:
             return StepPlan(np.zeros(0, dtype=np.int64), 0.0, 0.0)
-        w = np.ones(batch) if weights is None else np.asarray(weights, dtype=np.float64)
-        # gain[i, k] = w_i T_i(k): request i's weighted expected tokens at length k
-        gain = w[:, None] * np.concatenate((np.ones((batch, 1)), 1.0 + np.cumsum(np.cumprod(accept_probs, axis=1),
-                                                                             axis=1)), axis=1)
+        # gain[k, i] = w_i T_i(k): request i's weighted expected tokens at length k, position-major (numpy's
+        # scans along the long axis are several times faster than along rows of 8)
+        gain = np.empty((width + 1, batch))
+        gain[0] = 0.0
+        np.cumsum(np.cumprod(np.clip(accept_probs.T, 0.0, 1.0), axis=0), axis=0, out=gain[1:])
+        gain += 1.0
+        if weights is not None:
+            gain *= np.asarray(weights, dtype=np.float64)[None, :]
         resume = np.zeros(batch) if resume_ms is None else np.asarray(resume_ms, dtype=np.float64)
         if uniform:
             return self._uniform(gain, caps, min_lens, cost, batch, width, context, resume)
@@ -147,63 +151,70 @@ class GoodputPolicy(LengthPolicy):
                  + d_ext * (depths[:, 0] > 0)  # the draft-extend's fixed part: only steps that draft pay it
                  + (0.0 if cost.draft_cut else d_row * batch * np.maximum(depths[:, 0] - 1, 0)))  # [D]
         # worth of positions 2..K (marginal value per marginal cost), [K - 1, B]
-        worth = np.ascontiguousarray((np.diff(gain[:, 1:], axis=1) / np.maximum(np.diff(per_k[1:]), 1e-12)).T)
+        worth = (gain[2:] - gain[1:-1]) / np.maximum(per_k[2:] - per_k[1:-1], 1e-12)[:, None]
         low = min_lens[None, :]
         high = np.minimum(caps[None, :], depths)  # [D, B]
-        feasible = (high >= low).all(axis=1)  # D below some request's floor is not a candidate
+        floor = int(min_lens.max())
+        feasible = ks >= floor  # D below some request's floor is not a candidate (min_lens <= caps)
         first = np.maximum(low, 1)
-        closed = high == 0  # the cap allows no draft
-        may_rest = (low == 0) | closed  # k = 0 allowed
-        # the ratio at and above which resting (k = 0) is worth as much as drafting k: (T(k) - T(0)) / cost(k),
-        # [D, B * K]
-        rest_above = ((gain[:, 1:] - gain[:, :1])[None, :, :]
-                      / np.maximum(per_k[None, None, 1:] + join[:, None, None] + resume[None, :, None], 1e-12)
-                      ).reshape(width + 1, -1)
-        rest_offsets = np.arange(batch)[None, :] * width - 1
-        flat, offsets = gain.ravel(), np.arange(batch)[None, :] * (width + 1)
+        # k = 0 allowed: no floor, or the cap allows no draft (the common case, no floors, skips these ops)
+        may_rest = None if floor == 0 else (low == 0) | (high == 0)
+        # what the first draft costs beyond its rows: the draft-extend's D + 1 rows and the catch-up, [D, B]
+        resuming = bool(resume.any())
+        joining = join[:, None] + resume[None, :] if resuming else join[:, None]
+        cols = np.arange(batch)[None, :]
+        flat, rise = gain.ravel(), (gain - gain[:1]).ravel()  # T(k) and T(k) - T(0), flat [(K + 1) * B]
 
         def tokens_of(plan):
-            return flat.take(plan + offsets).sum(axis=1)
+            return flat.take(plan * batch + cols).sum(axis=1)
 
         def ms_of(plan, depth):  # plans [D, B] priced at depth ``depth`` [D]
-            drafts = plan > 0
-            return (fixed.take(depth) + per_k.take(plan).sum(axis=1) + join.take(depth) * drafts.sum(axis=1)
-                    + (drafts * resume).sum(axis=1))
+            ms = fixed.take(depth) + per_k.take(plan).sum(axis=1) + join.take(depth) * np.count_nonzero(plan, axis=1)
+            return ms + ((plan > 0) * resume).sum(axis=1) if resuming else ms
 
-        def ratio_of(plan):
-            return tokens_of(plan) / np.maximum(ms_of(plan, ks), 1e-9)
+        def ratio_of(plan):  # (its ratio at each cap, its tokens)
+            tokens = tokens_of(plan)
+            return tokens / np.maximum(ms_of(plan, ks), 1e-9), tokens
 
         def best_at(ratio):  # each request's best length at this ratio (ties: shorter)
             above = np.add.reduce(worth[:, None, :] > ratio[None, :, None], axis=0, dtype=np.int16)
-            drafting = np.minimum(np.maximum(1 + above, first), high)  # the best k >= 1 (where high >= 1)
-            rest_at = np.take_along_axis(rest_above, np.maximum(drafting, 1) + rest_offsets, axis=1)
-            rest = may_rest & (closed | (ratio[:, None] >= rest_at))
+            drafting = np.minimum(np.maximum(1 + above, first) if floor > 1 else 1 + above, high)  # best k >= 1
+            # resting (k = 0) wins where ratio x cost(k) >= T(k) - T(0); where the cap allows no draft, drafting
+            # is 0 and this holds
+            cost_k = per_k.take(drafting) + joining
+            rest = ratio[:, None] * cost_k >= rise.take(drafting * batch + cols)
+            if may_rest is not None:
+                rest &= may_rest
             return np.where(rest, 0, drafting)
 
         # start from a feasible plan: the thresholds at the last step's optimal ratios (the batch changes little
         # from step to step, so this is usually within one pass of the optimum), or each request's shortest length
-        shortest = np.where(low == 0, 0, np.minimum(low, high))
-        choice = shortest if self._warm is None or len(self._warm) != width + 1 else best_at(self._warm)
-        ratio = ratio_of(choice)
+        if self._warm is None or len(self._warm) != width + 1:
+            choice = np.where(low == 0, 0, np.minimum(low, high))  # each request's shortest length
+        else:
+            choice = best_at(self._warm)
+        ratio, tokens = ratio_of(choice)
         for _ in range(self.max_iterations):  # each pass: F(ratio) = max sum(gain - ratio cost) >= 0
             best = best_at(ratio)
-            new = ratio_of(best)
+            if np.array_equal(best, choice):  # the plans reproduce themselves: the ratios are optimal
+                break
+            new, new_tokens = ratio_of(best)
             rose = new > ratio * (1 + 1e-12) + 1e-15
             if not rose.any():
                 break
             choice = np.where(rose[:, None], best, choice)
-            ratio = np.where(rose, new, ratio)
+            ratio, tokens = np.where(rose, new, ratio), np.where(rose, new_tokens, tokens)
         self._warm = ratio
         # score each cap's plan at the depth it really runs (its deepest length; ``plan_ms`` in closed form) and
         # keep the best
-        tokens, ms = tokens_of(choice), ms_of(choice, choice.max(axis=1))
+        ms = ms_of(choice, choice.max(axis=1))
         best = int(np.argmax(np.where(feasible, tokens / np.maximum(ms, 1e-9), -np.inf)))
         return StepPlan(choice[best].astype(np.int64), float(tokens[best]), float(ms[best]))
 
     def _uniform(self, gain, caps, min_lens, cost, batch: int, width: int, context: int,
                  resume: np.ndarray) -> StepPlan:
         lengths = np.clip(np.arange(width + 1)[:, None], min_lens[None, :], caps[None, :])  # [K + 1, B]
-        tokens = gain[np.arange(batch)[None, :], lengths].sum(axis=1)
+        tokens = gain[lengths, np.arange(batch)[None, :]].sum(axis=1)
         ms = plan_ms(cost, batch, lengths, uniform=True, context=context, resume_ms=resume)
         best = int(np.argmax(tokens / np.maximum(ms, 1e-9)))
         return StepPlan(lengths[best].astype(np.int64), float(tokens[best]), float(ms[best]))
