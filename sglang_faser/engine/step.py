@@ -183,7 +183,8 @@ class FaserEngine:
         critical = np.array([c.latency_class == "critical" for c in controls], dtype=bool)
         decision = self.controller.decide(view.rids, caps=caps, floors=floors, padded=self.tiers is None,
                                           uniform=self.verify_path != "ragged", critical=critical,
-                                          context=int(view.context_lens.sum()), backlog=self.backlog.pending(view.rids))
+                                          context=int(view.context_lens.sum()),
+                                          backlog=self.backlog.pending(view.rids))
         group, src = sgl.broadcast_group(self.worker)
         if group is not None:  # every TP rank runs rank 0's lengths and depth: the same shapes in every collective
             plan = broadcast_lengths(np.append(decision.lengths, decision.depth), len(view.rids) + 1, group, src)

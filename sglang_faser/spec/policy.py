@@ -114,8 +114,8 @@ class GoodputPolicy(LengthPolicy):
         batch, width = accept_probs.shape
         if batch == 0:
             return StepPlan(np.zeros(0, dtype=np.int64), 0.0, 0.0)
-        # gain[k, i] = w_i T_i(k): request i's weighted expected tokens at length k, position-major (numpy's
-        # scans along the long axis are several times faster than along rows of 8)
+        # gain[k, i] = w_i T_i(k): request i's weighted expected tokens at length k, position-major (each
+        # position's marginal worth below is then one contiguous row)
         gain = np.empty((width + 1, batch))
         gain[0] = 0.0
         np.cumsum(np.cumprod(np.clip(accept_probs.T, 0.0, 1.0), axis=0), axis=0, out=gain[1:])
