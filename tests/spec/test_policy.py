@@ -215,7 +215,12 @@ def test_the_plan_is_the_exact_optimum_of_its_model(data):
                          draft_cut=data.draw(st.booleans()))
     context = data.draw(st.integers(0, 500))
     resume = np.array(data.draw(st.lists(st.sampled_from([0.0, 0.5, 5.0]), min_size=batch, max_size=batch)))
-    plan = GoodputPolicy().plan(accept, caps, mins, cost, weights=weights, context=context, resume_ms=resume)
+    policy = GoodputPolicy()
+    if data.draw(st.booleans()):  # warm: started from the optimal ratios of an unrelated previous step, as in serving
+        previous = np.array(data.draw(st.lists(st.lists(unit, min_size=width, max_size=width), min_size=batch,
+                                               max_size=batch)))
+        policy.plan(previous, np.full(batch, width), np.zeros(batch, dtype=np.int64), cost)
+    plan = policy.plan(accept, caps, mins, cost, weights=weights, context=context, resume_ms=resume)
     best, _ = _brute_force(accept, caps, mins, cost, weights, context, resume)
     assert np.all(plan.lengths >= mins) and np.all(plan.lengths <= caps)
     tokens, ms = evaluate(accept, plan.lengths, cost, context=context, resume_ms=resume)  # unweighted tokens
