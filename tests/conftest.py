@@ -93,8 +93,13 @@ def hf_greedy():
 
 
 class EnginePool:
-    def __init__(self):
+    def __init__(self, trace_dir):
         self._engines: OrderedDict[str, object] = OrderedDict()
+        self._trace_dir = trace_dir
+
+    def trace_path(self, key: str):
+        """Where a FASER engine's step trace goes (``SGLANG_FASER_STEP_TRACE``, on for every FASER engine here)."""
+        return self._trace_dir / f"{key}.jsonl"
 
     def get(self, key: str, faser=None, **kwargs):
         """The engine for ``key``; ``faser`` (a FaserConfig) turns the FASER worker on, as the launcher does."""
@@ -117,12 +122,15 @@ class EnginePool:
             sleep_on_idle=True,  # an idle engine kept alive by the pool must not spin a core the next test needs
         )
         settings.update(kwargs)
+        from sglang_faser.engine.step_trace import ENV_VAR as TRACE_VAR
         from sglang_faser.spec.config import ENV_VAR
 
         if faser is None:
             os.environ.pop(ENV_VAR, None)
+            os.environ.pop(TRACE_VAR, None)
         else:
             os.environ[ENV_VAR] = faser.to_json()  # inherited by the spawned scheduler
+            os.environ[TRACE_VAR] = str(self.trace_path(key))
         self._engines[key] = sgl.Engine(**{k: v for k, v in settings.items() if v is not None})
         return self._engines[key]
 
@@ -133,7 +141,7 @@ class EnginePool:
 
 
 @pytest.fixture(scope="session")
-def engine_pool():
-    pool = EnginePool()
+def engine_pool(tmp_path_factory):
+    pool = EnginePool(tmp_path_factory.mktemp("step-traces"))
     yield pool
     pool.close()

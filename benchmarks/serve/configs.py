@@ -6,7 +6,9 @@
 * ``faser``: FASER's goodput policy choosing each request's length inside the window;
 * ``faser-frontier-N``: the same, verifying in frontiers of N draft positions (early pruning);
 * ``faser-k0``: the FASER worker with every length 0 (``--faser-mode off``): what a step without speculation
-  costs inside a speculative server, against ``no-spec`` (not part of the default set).
+  costs inside a speculative server, against ``no-spec`` (not part of the default set);
+* ``faser-fixed-k``: the FASER worker holding every length at k (``--faser-mode fixed``): what FASER's own step
+  costs at stock SGLang's shapes, against ``fixed-k`` (not part of the default set).
 """
 
 from __future__ import annotations
@@ -28,10 +30,12 @@ def configurations(algorithm: str = "EAGLE", window: int = 7, fixed=(1, 3, 5, 7)
     for size in frontiers:
         configs[f"faser-frontier-{size}"] = spec_flags(algorithm, window, "--faser-frontier-size", str(size))
     configs["faser-k0"] = spec_flags(algorithm, window, "--faser-mode", "off")
+    configs.update({f"faser-fixed-{k}": spec_flags(algorithm, window, "--faser-mode", "fixed", "--faser-fixed-len",
+                                                    str(k)) for k in fixed})
     return configs
 
 
-EXTRA = ("faser-k0",)  # run only when asked for by name
+EXTRA = ("faser-k0", *(f"faser-fixed-{k}" for k in (1, 3, 5, 7)))  # run only when asked for by name
 
 
 QUICK = ("no-spec", "fixed-1", "fixed-3", "faser", "faser-frontier-2")

@@ -39,6 +39,7 @@ from sglang_faser.engine.metrics import FaserMetrics
 from sglang_faser.engine.pipeline import FrontierPipeline
 from sglang_faser.engine.profiler import seed_cost_model
 from sglang_faser.engine.rank_sync import broadcast_lengths
+from sglang_faser.engine.step_trace import StepTrace
 from sglang_faser.engine.verify import RaggedVerifier
 from sglang_faser.spec.config import FaserConfig
 from sglang_faser.spec.controller import LengthController, StepDecision
@@ -69,6 +70,7 @@ class FaserEngine:
         self.profile = "pending"
         self.policy_version = 0
         self.telemetry = TelemetryRecorder()
+        self.trace = StepTrace.from_env()  # SGLANG_FASER_STEP_TRACE: one JSON line per decode step
         self.metrics = FaserMetrics.create({"worker": "faser"})
         self._metrics_at = 0.0
         self._last: tuple[float, frozenset, bool] | None = None  # last step's end, its requests, was it a decode
@@ -241,8 +243,13 @@ class FaserEngine:
         # per-step cost that longer drafts amortise (a catch-up is a one-off per resumption and stays out of it)
         total_ms = (ended - began) * 1e3
         draft_ms = max(total_ms - verify_ms - catch_up_ms, 0.0) + host_ms
-        controller.record_phase(DRAFT, bs, decision.depth, draft_ms, rows=cut.rows,
-                                drafting=int(np.count_nonzero(decision.lengths)))
+        drafting = int(np.count_nonzero(decision.lengths))
+        controller.record_phase(DRAFT, bs, decision.depth, draft_ms, rows=cut.rows, drafting=drafting)
+        verify_rows = verifier.stats.planned_rows if verifier is not None else bs * rows
+        controller.record_step(bs, verify_rows, decision.depth, cut.rows, drafting, context, verify_ms + draft_ms)
+        if self.trace is not None:
+            self.trace.write(decision, controller, verify_ms=verify_ms, draft_ms=draft_ms, catch_up_ms=catch_up_ms,
+                             host_ms=host_ms, step_ms=total_ms)
         self._end_step(phases, batch_size=bs)
 
     def _end_step(self, phases, batch_size: int) -> None:
@@ -256,6 +263,8 @@ class FaserEngine:
     # -- feedback and the control plane --------------------------------------------------------------------
     def observe(self, num_correct_drafts_per_req) -> None:
         self.controller.observe(num_correct_drafts_per_req)
+        if self.trace is not None:
+            self.trace.observe(num_correct_drafts_per_req)
 
     def forget(self, rid: str) -> None:
         self.controller.forget(rid)

@@ -7,7 +7,8 @@ The SGLang worker calls it three times per decode step:
 2. ``observe(accepted)`` once the accepted counts are on the CPU (SGLang's ``on_verify_complete_cpu``). Under
    SGLang's overlap scheduler step t + 1 is decided before step t's counts arrive, so decisions wait in a FIFO and
    each ``observe`` is credited to the oldest one;
-3. ``record_phase`` with measured draft / verify times, which refresh the cost model online.
+3. ``record_phase`` with measured draft / verify times, which refresh the cost model online, and
+   ``record_step`` with the whole step's, which corrects its price per batch size and depth at once.
 
 It also keeps the counters FASER's telemetry reports (proposed, verified, accepted tokens; chosen lengths).
 
@@ -21,6 +22,7 @@ is what moves lengths up, and the online cost samples of every depth the policy 
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -40,6 +42,8 @@ class StepDecision:
     lengths: np.ndarray  # [B] draft tokens each request may have accepted
     depth: int  # draft steps the batch runs (max of lengths; the whole window without depth tiers)
     calibration: bool  # a step of the start-up sweep
+    expected_tokens: float = 0.0  # what the policy expected of its plan (a calibration step runs other lengths)
+    expected_ms: float = 0.0
 
 
 @dataclass
@@ -137,9 +141,10 @@ class LengthController:
         mins = np.minimum(mins, limit)
         probs = self.tracker.accept_probs(rids)
         weights = None if critical is None else np.where(critical, self.config.latency_weight, 1.0)
-        resume = None if backlog is None else self.cost.catch_up_row_ms * np.asarray(backlog) / RESUME_HORIZON
-        lengths = self.policy.plan(probs, limit, mins, self.cost, uniform=uniform, weights=weights, context=context,
-                                   resume_ms=resume).lengths
+        resume = None if backlog is None else self.cost.catch_up_ms(backlog) / RESUME_HORIZON
+        plan = self.policy.plan(probs, limit, mins, self.cost, uniform=uniform, weights=weights, context=context,
+                                resume_ms=resume)
+        lengths = plan.lengths
         c = self.counters
         calibration = self.calibrating and not padded and self.config.mode is Mode.ADAPTIVE
         if calibration:
@@ -155,7 +160,7 @@ class LengthController:
         c.requests += batch
         c.proposed += int(lengths.sum())
         c.add_lengths(lengths)
-        return StepDecision(lengths, depth, calibration)
+        return StepDecision(lengths, depth, calibration, plan.expected_tokens, plan.expected_ms)
 
     def replace_last(self, decision: StepDecision, lengths: np.ndarray, depth: int) -> StepDecision:
         """The source rank's lengths for the step just decided: with tensor parallelism every rank runs rank 0's
@@ -168,7 +173,7 @@ class LengthController:
         for k in old:
             c.length_histogram[k] -= 1
         c.add_lengths(lengths)
-        return StepDecision(lengths, int(depth), decision.calibration)
+        return dataclasses.replace(decision, lengths=lengths, depth=int(depth))
 
     def observe(self, accepted: list[int] | np.ndarray) -> None:
         """Accepted draft counts for the oldest decided step not yet observed."""
@@ -208,6 +213,14 @@ class LengthController:
                 self.cost.refit()
         else:
             self.cost.record(phase, batch, size, ms, rows, drafting, context)
+
+    def record_step(self, batch: int, verify_rows: int, depth: int, draft_rows: int, drafting: int, context: int,
+                    ms: float) -> None:
+        """A whole step's measured time (verify and the rest, catch-ups excluded), against what the fit prices its
+        shape at: the cost model's per-depth residual (not during the start-up sweep, which is the fit's prior)."""
+        if self.counters.steps > self.calibration_steps:
+            modelled = self.cost.modelled_step_ms(batch, verify_rows, depth, draft_rows, drafting, context)
+            self.cost.record_step(batch, depth, modelled, ms)
 
     def record_catch_up(self, rows: int, ms: float) -> None:
         """A measured catch-up of ``rows`` skipped draft rows (priced for the requests that resume next)."""

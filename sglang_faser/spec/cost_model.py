@@ -32,7 +32,17 @@ nothing about what drafting costs).
 
 A request that drafts again after steps at k_i = 0 first catches its draft up (one batched draft extend over
 its skipped rows, ``engine/draft_backlog.py``): a one-off, kept out of the per-step fit and priced by its own
-running mean, ``catch_up_row_ms`` per skipped row.
+fit, ``catch_up_coef`` = [fixed ms per catch-up pass, ms per skipped row] (a draft pass costs mostly its fixed
+part: pricing rows at a one-row catch-up's mean would make a request's resumption dearer every step it rests,
+until it never drafts again).
+
+The linear fit is refitted every ``refit_every`` steps and cannot follow what it cannot express (a draft phase
+whose cost is not linear in depth, a machine loaded by other work since the start-up profile). Every step's
+measured time is therefore also compared with the fit's price for its shape: ``residual`` keeps, per batch-size
+bucket and depth, a running mean of log(measured / modelled), and ``step_ms`` multiplies the fit's price by it.
+It moves within a few steps (a burst of a new batch size is priced from its first steps, not 32 steps later);
+a depth not yet run in a bucket takes the mean of the depths that were (the load on the machine moves every
+depth alike), a bucket not yet seen the mean over all buckets.
 
 Profile samples stay as a prior; online samples live in a sliding window, so the fit follows load and thermal
 drift without forgetting the shape the profile established. One-off stalls are dropped by comparing each sample
@@ -50,21 +60,20 @@ import numpy as np
 
 VERIFY, DRAFT = "verify", "draft"
 OUTLIER_FACTOR = 4.0
-CATCH_UP_SMOOTHING = 0.2  # weight of the newest catch-up in catch_up_row_ms's running mean
+CATCH_UP_WINDOW = 64  # catch-up samples the catch-up fit keeps
+RESIDUAL_RATE = 0.25  # weight of the newest step in a (bucket, depth) running mean of log(measured / modelled)
+RESIDUAL_CLIP = 0.4  # how far (in log) one step may pull that mean's sample from it, after the first two
 LOCAL_WEIGHT = 0.25  # a sample's weight in the fit for a batch-size bucket, per bucket away from it
 RIDGE = 1e-4  # penalty on the per-request terms, relative to each term's own sum of squares
 
 
-def _verify_features(batch, tokens, context) -> np.ndarray:
-    batch, tokens, context = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (batch, tokens, context)))
-    return np.stack([np.ones_like(batch), batch, tokens, context], axis=-1)
+def _verify_features(batch: int, tokens: int, context: int) -> np.ndarray:
+    return np.array([1.0, batch, tokens, context], dtype=float)
 
 
-def _draft_features(batch, steps, rows, drafting) -> np.ndarray:
-    batch, steps, rows, drafting = np.broadcast_arrays(
-        *(np.asarray(v, dtype=float) for v in (batch, steps, rows, drafting)))
-    drafts = (steps > 0).astype(float)
-    return np.stack([np.ones_like(batch), drafts, drafting * drafts * (steps + 1), steps, rows], axis=-1)
+def _draft_features(batch: int, steps: int, rows: int, drafting: int) -> np.ndarray:
+    drafts = 1.0 if steps > 0 else 0.0
+    return np.array([1.0, drafts, drafting * drafts * (steps + 1), steps, rows], dtype=float)
 
 
 # the terms that grow with the batch (ridge-penalised), by phase: verify [v0, v_req, v_tok, v_ctx], draft [d0,
@@ -132,10 +141,10 @@ class StepCostModel:
     verify_coef: np.ndarray = field(default_factory=lambda: np.array([1.0, 0.0, 0.05, 0.0]))
     draft_coef: np.ndarray = field(default_factory=lambda: np.array([0.2, 0.0, 0.0, 0.2, 0.0]))
     window: int = 256
-    refit_every: int = 32
+    refit_every: int = 8
     draft_cut: bool = False  # the runtime drafts each request only as far as its length (set by the worker)
     frontier_size: int = 0  # draft positions per verify pass (0: one pass per step); each pass pays v0
-    catch_up_row_ms: float = 0.0  # a catch-up's milliseconds per skipped row (running mean; 0 until measured)
+    catch_up_coef: np.ndarray = field(default_factory=lambda: np.zeros(2))  # [ms per pass, ms per row]; 0: unmeasured
 
     def __post_init__(self) -> None:
         self.verify_coef = np.asarray(self.verify_coef, dtype=float)
@@ -145,6 +154,8 @@ class StepCostModel:
         self._local: dict[str, dict[int, np.ndarray]] = {VERIFY: {}, DRAFT: {}}  # batch bucket -> coefficients
         self._kept_samples: dict[str, tuple | None] = {VERIFY: None, DRAFT: None}  # (x, y, bucket) of the last refit
         self._since_refit = 0
+        self._catch_ups: deque = deque(maxlen=CATCH_UP_WINDOW)  # (rows, ms)
+        self._residual: dict[int, dict[int, list]] = {}  # batch bucket -> depth -> [mean log(measured / modelled), n]
 
     def coefs(self, phase: str, batch) -> np.ndarray:
         """The coefficients that price a step of ``batch`` requests (scalar, or an array: one row each): the fit
@@ -198,11 +209,52 @@ class StepCostModel:
             return np.ones_like(depth)
         return np.where(depth > size, 1 + -(-(depth - size) // size), 1)
 
-    def step_ms(self, batch, verify_tokens, draft_steps, draft_rows=None, drafting=None, context=0) -> np.ndarray:
-        """A whole step; ``context``: the batch's context tokens (sum of its sequence lengths)."""
+    def step_ms(self, batch, verify_tokens, draft_steps, draft_rows=None, drafting=None, context=0,
+                corrected: bool = True) -> np.ndarray:
+        """A whole step; ``context``: the batch's context tokens (sum of its sequence lengths); ``corrected``:
+        times the measured residual of its batch bucket and depth (``depth_factor``)."""
         extra_passes = self.verify_passes(draft_steps) - 1
-        return (self.verify_ms(batch, verify_tokens, context) + self.coefs(VERIFY, batch)[..., 0] * extra_passes
-                + self.draft_ms(batch, draft_steps, draft_rows, drafting))
+        ms = (self.verify_ms(batch, verify_tokens, context) + self.coefs(VERIFY, batch)[..., 0] * extra_passes
+              + self.draft_ms(batch, draft_steps, draft_rows, drafting))
+        if not corrected:
+            return ms
+        depth = np.asarray(draft_steps, dtype=np.int64)
+        return ms * self.depth_factor(int(np.max(batch)), int(depth.max(initial=0))).take(depth)
+
+    def depth_factor(self, batch: int, max_depth: int) -> np.ndarray:
+        """[max_depth + 1]: measured / modelled step time at each depth for a batch of ``batch`` requests."""
+        out = np.ones(max_depth + 1)
+        if not self._residual:
+            return out
+        seen = self._residual.get(int(batch_bucket(batch)))
+        if not seen:
+            everywhere = [r for by_depth in self._residual.values() for r, _ in by_depth.values()]
+            return out * np.exp(np.mean(everywhere))
+        out *= np.exp(np.mean([r for r, _ in seen.values()]))
+        for depth, (r, _) in seen.items():
+            if depth <= max_depth:
+                out[depth] = np.exp(r)
+        return out
+
+    def modelled_step_ms(self, batch: int, verify_tokens: int, depth: int, draft_rows: int, drafting: int,
+                         context: int) -> float:
+        """``step_ms(..., corrected=False)`` of one step's shape, without the vectorised machinery (every step
+        asks for it once)."""
+        passes = int(self.verify_passes(depth))
+        verify = self.coefs(VERIFY, batch) @ _verify_features(batch, verify_tokens, context)
+        extra = self.coefs(VERIFY, batch)[0] * (passes - 1)
+        return float(verify + extra + self.coefs(DRAFT, batch) @ _draft_features(batch, depth, draft_rows, drafting))
+
+    def record_step(self, batch: int, depth: int, modelled_ms: float, ms: float) -> None:
+        """A step's measured time against the fit's price for its shape (``modelled_step_ms``)."""
+        if modelled_ms <= 0 or ms <= 0:
+            return
+        mean_n = self._residual.setdefault(int(batch_bucket(batch)), {}).setdefault(depth, [0.0, 0])
+        r = float(np.log(ms / modelled_ms))
+        if mean_n[1] >= 2:  # a one-off stall (another process on the CPU, a first use) moves it a bounded step
+            r = min(max(r, mean_n[0] - RESIDUAL_CLIP), mean_n[0] + RESIDUAL_CLIP)
+        mean_n[1] += 1  # a plain mean over the first steps, then a running one
+        mean_n[0] += max(RESIDUAL_RATE, 1.0 / mean_n[1]) * (r - mean_n[0])
 
     # -- measurements ------------------------------------------------------------------------------------
     def add_profile_sample(self, phase: str, batch: int, size: int, ms: float, rows: int | None = None,
@@ -214,18 +266,29 @@ class StepCostModel:
 
     def record(self, phase: str, batch: int, size: int, ms: float, rows: int | None = None,
                drafting: int | None = None, context: int = 0) -> None:
-        """An online measurement of a real step; the model is refitted every ``refit_every`` samples."""
+        """An online measurement of a real step; the model is refitted every ``refit_every`` steps."""
         self._online[phase].append((self._features(phase, batch, size, rows, drafting, context), float(ms), batch))
-        self._since_refit += 1
-        if self._since_refit >= self.refit_every:
-            self.refit()
+        if phase == DRAFT:  # one per step (a step verified in frontiers records several verify passes)
+            self._since_refit += 1
+            if self._since_refit >= self.refit_every:
+                self.refit()
 
     def record_catch_up(self, rows: int, ms: float) -> None:
-        """A measured catch-up of ``rows`` skipped rows."""
+        """A measured catch-up of ``rows`` skipped rows; refits ``catch_up_coef`` (rows ridge-penalised like the
+        per-request step terms, so catch-ups of one size put their cost on the fixed part)."""
         if rows > 0:
-            per_row = ms / rows
-            weight = CATCH_UP_SMOOTHING if self.catch_up_row_ms > 0 else 1.0
-            self.catch_up_row_ms += weight * (per_row - self.catch_up_row_ms)
+            self._catch_ups.append((rows, float(ms)))
+            data = np.array(self._catch_ups)
+            x = np.stack([np.ones(len(data)), data[:, 0]], axis=1)
+            self.catch_up_coef = _fit_nonnegative(x, data[:, 1], self.catch_up_coef, np.array([False, True]))
+
+    def catch_up_ms(self, backlog) -> np.ndarray:
+        """What catching up each request's ``backlog`` skipped rows costs it (0 where there is none): its rows,
+        and the pass's fixed part shared among every request that holds a backlog (they resume together)."""
+        backlog = np.asarray(backlog, dtype=float)
+        holding = backlog > 0
+        fixed, per_row = self.catch_up_coef
+        return np.where(holding, fixed / max(int(holding.sum()), 1) + per_row * backlog, 0.0)
 
     def refit(self) -> None:
         """The global fit (every sample alike) and one fit per batch-size bucket seen, weighting samples by

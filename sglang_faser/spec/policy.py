@@ -8,7 +8,11 @@ runtime tier) that cost is A(B, D) + sum_i c(k_i): a fixed part and a per-reques
 maximises the **weighted goodput** sum_i w_i T_i(k_i) / (A + sum_i c(k_i)) exactly, for every D at once, by
 Dinkelbach's method: with lambda the current ratio, each request independently takes the k maximising
 w_i T_i(k) - lambda c(k) within its bounds; the new ratio is that plan's, and the iteration stops when it no
-longer rises (a few passes; the optimum of a ratio over a finite set). Then the best D wins. The weights w_i are
+longer rises (a few passes; the optimum of a ratio over a finite set). Then the best D wins. Measured steps
+correct the fit's price by depth (``StepCostModel.depth_factor``: cap D's whole cost times factor[D]); while the
+factor does not fall with depth, a plan below its cap is never dearer at its own depth, and where it does fall,
+each cap's plan is held at exactly that depth (the request that loses least is raised to it), which keeps the
+result exact. The weights w_i are
 1, or ``latency_weight`` for ``latency_class: critical`` requests, so a critical request's tokens count more and
 it is not starved of speculation by its neighbours' load. k = 0 (no speculation) and every uniform length are
 inside the search space, so under the model the plan never loses to no speculation or the best fixed length.
@@ -155,21 +159,28 @@ class GoodputPolicy(LengthPolicy):
         low = min_lens[None, :]
         high = np.minimum(caps[None, :], depths)  # [D, B]
         floor = int(min_lens.max())
-        feasible = ks >= floor  # D below some request's floor is not a candidate (min_lens <= caps)
+        # D below some request's floor, or beyond every request's cap, is not a candidate (min_lens <= caps)
+        feasible = (ks >= floor) & (ks <= caps.max())
         first = np.maximum(low, 1)
         # k = 0 allowed: no floor, or the cap allows no draft (the common case, no floors, skips these ops)
         may_rest = None if floor == 0 else (low == 0) | (high == 0)
-        # what the first draft costs beyond its rows: the draft-extend's D + 1 rows and the catch-up, [D, B]
+        # what the first draft costs beyond its rows: the draft-extend's D + 1 rows and the catch-up
         resuming = bool(resume.any())
-        joining = join[:, None] + resume[None, :] if resuming else join[:, None]
         cols = np.arange(batch)[None, :]
         flat, rise = gain.ravel(), (gain - gain[:1]).ravel()  # T(k) and T(k) - T(0), flat [(K + 1) * B]
+        # measured / modelled step time by depth (``StepCostModel.depth_factor``): a cap D's costs, fixed and per
+        # request, all scale by factor[D], so its thresholds compare worth with ratio x factor[D]
+        factor = cost.depth_factor(batch, width)
+        # a plan below its cap runs (and is scored) at its own depth; that is never dearer than the cap's price
+        # while the factor does not fall with depth, otherwise each cap's plan is held at exactly its depth
+        exact_depth = bool((np.diff(factor) < 0).any())
 
         def tokens_of(plan):
             return flat.take(plan * batch + cols).sum(axis=1)
 
         def ms_of(plan, depth):  # plans [D, B] priced at depth ``depth`` [D]
             ms = fixed.take(depth) + per_k.take(plan).sum(axis=1) + join.take(depth) * np.count_nonzero(plan, axis=1)
+            ms *= factor.take(depth)
             return ms + ((plan > 0) * resume).sum(axis=1) if resuming else ms
 
         def ratio_of(plan):  # (its ratio at each cap, its tokens)
@@ -177,20 +188,46 @@ class GoodputPolicy(LengthPolicy):
             return tokens / np.maximum(ms_of(plan, ks), 1e-9), tokens
 
         def best_at(ratio):  # each request's best length at this ratio (ties: shorter)
-            above = np.add.reduce(worth[:, None, :] > ratio[None, :, None], axis=0, dtype=np.int16)
+            scaled = ratio * factor
+            above = np.add.reduce(worth[:, None, :] > scaled[None, :, None], axis=0, dtype=np.int16)
             drafting = np.minimum(np.maximum(1 + above, first) if floor > 1 else 1 + above, high)  # best k >= 1
             # resting (k = 0) wins where ratio x cost(k) >= T(k) - T(0); where the cap allows no draft, drafting
             # is 0 and this holds
-            cost_k = per_k.take(drafting) + joining
-            rest = ratio[:, None] * cost_k >= rise.take(drafting * batch + cols)
+            lam_cost = scaled[:, None] * (per_k.take(drafting) + join[:, None])
+            if resuming:
+                lam_cost += ratio[:, None] * resume[None, :]
+            rest = lam_cost >= rise.take(drafting * batch + cols)
             if may_rest is not None:
                 rest &= may_rest
-            return np.where(rest, 0, drafting)
+            plan = np.where(rest, 0, drafting)
+            return at_depth(plan, ratio, scaled) if exact_depth else plan
+
+        def at_depth(plan, ratio, scaled):
+            """Each cap's plan with one request raised to the cap where none reaches it: the request that loses
+            least of w T(k) - ratio x cost(k) by it (the exact optimum over plans of exactly that depth)."""
+            short = np.flatnonzero((plan.max(axis=1) < ks) & feasible)
+            if len(short) == 0:
+                return plan
+            part, depth = plan[short], ks[short][:, None]
+
+            def value(k):  # w T(k) - w T(0) - ratio x cost(k), [caps, B]
+                v = rise.take(k * batch + cols) - scaled[short][:, None] * (per_k.take(k) + join[short][:, None]
+                                                                             * (k > 0))
+                return v - ratio[short][:, None] * resume[None, :] * (k > 0) if resuming else v
+
+            loss = np.where(high[short] >= depth, value(part) - value(np.broadcast_to(depth, part.shape)), np.inf)
+            who = loss.argmin(axis=1)
+            part[np.arange(len(short)), who] = ks[short]
+            plan = plan.copy()
+            plan[short] = part
+            return plan
 
         # start from a feasible plan: the thresholds at the last step's optimal ratios (the batch changes little
         # from step to step, so this is usually within one pass of the optimum), or each request's shortest length
         if self._warm is None or len(self._warm) != width + 1:
             choice = np.where(low == 0, 0, np.minimum(low, high))  # each request's shortest length
+            if exact_depth:
+                choice = at_depth(choice, np.zeros(width + 1), np.zeros(width + 1))
         else:
             choice = best_at(self._warm)
         ratio, tokens = ratio_of(choice)

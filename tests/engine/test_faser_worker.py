@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from prompts import PROMPTS as ALL_PROMPTS
 
@@ -36,6 +38,25 @@ def test_faser_greedy_output_equals_hf_for_a_mixed_batch(algorithm, tiny_suite, 
         meta = out["meta_info"]
         assert meta["spec_verify_ct"] > 0
         assert "spec_cap_lens_histogram" in meta, meta  # FASER's per-request lengths reach SGLang's metrics
+
+
+def test_the_step_trace_has_each_decode_step_with_its_plan_and_measured_times(tiny_suite, tokenizer, engine_pool):
+    engine = engine_pool.get("faser-EAGLE", faser=FaserConfig(), **_spec(tiny_suite, "EAGLE"))
+    path = engine_pool.trace_path("faser-EAGLE")
+    before = path.read_text().splitlines() if path.exists() else []
+    engine.generate(input_ids=tokenizer(PROMPTS[0]).input_ids, sampling_params=GREEDY)
+    steps = [json.loads(line) for line in path.read_text().splitlines()[len(before):]]
+    assert steps, "no decode step traced"
+    for step in steps:
+        assert step["batch"] == len(step["lengths"]) == 1
+        assert step["depth"] == max(step["lengths"])  # depth tiers: the step runs its deepest length
+        assert step["step_ms"] > 0 and step["verify_ms"] > 0 and step["expected_ms"] > 0
+        assert len(step["depth_factor"]) == 4 and len(step["draft_coef"]) == 5
+        assert 0 <= step["accepted"][0] <= step["lengths"][0]
+    # the decode steps commit the MAX_NEW - 1 tokens after the prefill's (the last one may commit more, which
+    # SGLang drops): each line is one step, with its acceptance
+    committed = sum(step["accepted"][0] + 1 for step in steps)
+    assert MAX_NEW - 1 <= committed <= MAX_NEW - 1 + steps[-1]["lengths"][0]
 
 
 def test_fixed_mode_caps_every_request_at_its_length(tiny_suite, tokenizer, engine_pool, hf_greedy):

@@ -43,6 +43,7 @@ def test_online_samples_move_the_fit():
     for _ in range(64):  # the machine got slower per token
         for batch, tokens in ((1, 1), (8, 24), (4, 12), (8, 8)):
             model.record(VERIFY, batch, tokens, 1.0 + 0.5 * tokens)
+            model.record(DRAFT, batch, 1, 1.0)  # each step records both phases; refits count steps
     assert float(model.verify_ms(8, 24)) > before * 2
     assert model.mean_abs_pct_error(VERIFY) < 0.5
 
@@ -151,14 +152,44 @@ def test_each_frontier_pass_pays_the_verify_intercept():
     assert model.step_ms(1, 5, 4) == pytest.approx(8.0)  # frontiers [0,2) [2,3) [3,4) [4,5): four passes
 
 
-def test_a_catch_up_is_priced_per_skipped_row_by_its_running_mean():
+def test_a_catch_up_is_priced_as_a_fixed_pass_plus_its_rows():
     model = StepCostModel()
-    assert model.catch_up_row_ms == 0.0  # nothing measured: resuming is free
-    model.record_catch_up(10, 5.0)
-    assert model.catch_up_row_ms == pytest.approx(0.5)  # the first measurement is taken as it is
-    for _ in range(40):
-        model.record_catch_up(20, 2.0)
-    assert model.catch_up_row_ms == pytest.approx(0.1, rel=1e-3)
+    assert model.catch_up_ms([0, 5]).tolist() == [0.0, 0.0]  # nothing measured: resuming is free
+    for _ in range(5):
+        model.record_catch_up(1, 2.5)  # one size only: the cost goes to the fixed part, not to rows
+    fixed, per_row = model.catch_up_coef
+    assert fixed == pytest.approx(2.5, rel=0.01) and per_row < 0.01
+    for rows in (4, 16, 40):
+        model.record_catch_up(rows, 2.0 + 0.1 * rows)
+    assert model.catch_up_ms([30]) == pytest.approx([2.0 + 0.1 * 30 + 0.2], abs=0.5)
+    # the pass's fixed part is shared by the requests holding a backlog; one without pays nothing
+    shared = model.catch_up_ms([10, 10, 0])
+    assert shared[2] == 0.0 and shared[0] == pytest.approx(model.catch_up_coef[0] / 2 + model.catch_up_coef[1] * 10)
+    before = model.catch_up_coef.copy()
     model.record_catch_up(0, 3.0)  # nothing caught up: no information
-    assert model.catch_up_row_ms == pytest.approx(0.1, rel=1e-3)
+    assert model.catch_up_coef.tolist() == before.tolist()
 
+
+
+def test_measured_steps_correct_the_price_of_their_batch_size_and_depth():
+    model = StepCostModel(verify_coef=[10.0, 0.0, 0.0, 0.0], draft_coef=[0.0, 0.0, 0.0, 0.0, 0.0])
+    assert model.depth_factor(32, 3).tolist() == [1.0] * 4  # nothing measured: the fit's price
+    for _ in range(3):
+        model.record_step(32, 1, 10.0, 20.0)  # depth 1 at 32 requests runs twice the fit's price
+    factor = model.depth_factor(32, 3)
+    assert factor[1] == pytest.approx(2.0)
+    assert factor[3] == pytest.approx(2.0)  # a depth not run yet in the bucket: the bucket's mean
+    model.record_step(32, 3, 10.0, 10.0)
+    assert model.depth_factor(32, 3)[3] == pytest.approx(1.0) and model.depth_factor(32, 3)[1] == pytest.approx(2.0)
+    assert model.step_ms(32, 64, 1) == pytest.approx(20.0)
+    assert model.step_ms(32, 64, 1, corrected=False) == pytest.approx(10.0)
+    assert model.step_ms(32, np.array([64, 96]), np.array([1, 3])).tolist() == pytest.approx([20.0, 10.0])
+    assert model.depth_factor(2, 1)[1] == pytest.approx(np.sqrt(2.0))  # an unseen bucket: the mean of all
+
+
+def test_one_stalled_step_moves_the_residual_a_bounded_step():
+    model = StepCostModel(verify_coef=[10.0, 0.0, 0.0, 0.0], draft_coef=[0.0, 0.0, 0.0, 0.0, 0.0])
+    for _ in range(4):
+        model.record_step(8, 2, 10.0, 10.0)
+    model.record_step(8, 2, 10.0, 500.0)  # another process had the CPU
+    assert model.depth_factor(8, 2)[2] < 1.15

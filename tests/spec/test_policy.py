@@ -200,7 +200,7 @@ def _brute_force(accept, caps, mins, cost, weights, context=0, resume=None):
 @given(data=st.data())
 def test_the_plan_is_the_exact_optimum_of_its_model(data):
     """Dinkelbach over every depth cap returns what brute force over every plan finds (weighted goodput, with
-    the batch's context and each request's cost of resuming)."""
+    the batch's context, each request's cost of resuming and measured residuals by depth)."""
     batch = data.draw(st.integers(1, 3))
     width = data.draw(st.integers(1, 4))
     unit = st.floats(0.0, 1.0)
@@ -215,6 +215,9 @@ def test_the_plan_is_the_exact_optimum_of_its_model(data):
                          draft_cut=data.draw(st.booleans()))
     context = data.draw(st.integers(0, 500))
     resume = np.array(data.draw(st.lists(st.sampled_from([0.0, 0.5, 5.0]), min_size=batch, max_size=batch)))
+    if data.draw(st.booleans()):  # measured steps priced off the fit by depth (cost_model.depth_factor)
+        for depth in data.draw(st.lists(st.integers(0, width), max_size=4)):
+            cost.record_step(batch, depth, 10.0, 10.0 * data.draw(st.floats(0.3, 3.0)))
     policy = GoodputPolicy()
     if data.draw(st.booleans()):  # warm: started from the optimal ratios of an unrelated previous step, as in serving
         previous = np.array(data.draw(st.lists(st.lists(unit, min_size=width, max_size=width), min_size=batch,
@@ -238,6 +241,8 @@ def test_the_plan_never_loses_to_the_best_uniform_length(seed, batch):
     caps, mins = np.full(batch, width), np.zeros(batch, dtype=np.int64)
     cost = StepCostModel(verify_coef=rng.uniform(0.0, [10.0, 1.0, 1.0, 0.01]),
                          draft_coef=rng.uniform(0.0, [2.0, 2.0, 0.5, 2.0, 0.5]), draft_cut=bool(rng.integers(2)))
+    for depth in rng.integers(0, width + 1, size=rng.integers(0, 4)):
+        cost.record_step(batch, int(depth), 10.0, 10.0 * rng.uniform(0.3, 3.0))
     plan = GoodputPolicy().plan(accept, caps, mins, cost)
     best_uniform = max(FixedPolicy(k).plan(accept, caps, mins, cost).goodput for k in range(width + 1))
     assert plan.goodput >= best_uniform * (1 - 1e-9)
