@@ -76,6 +76,9 @@ KNOBS: tuple[Knob, ...] = (
          "in standard deviations; 0 = the posterior mean only)"),
     Knob("latency_weight", "float", 4.0, 1.0, 100.0, "how much a latency_class=critical request's tokens count "
          "in the goodput objective, relative to the others'"),
+    Knob("uniform_margin", "float", 0.25, 0.0, 10.0, "how much more goodput per-request lengths must expect than "
+         "the best single length for the batch before they replace it (a mixed plan pays costs the model does not "
+         "price: catch-ups, sub-batch draft-extends); 0 = always the exact optimum"),
 )
 KNOB = {k.name: k for k in KNOBS}
 

@@ -113,7 +113,7 @@ class LengthController:
         self.max_len = min(self.window, config.max_len if config.max_len is not None else self.window)
         self.min_len = min(config.min_len, self.max_len)
         fixed = config.fixed_len if config.fixed_len is not None else self.max_len
-        self.policy = make_policy(config.mode.value, fixed)
+        self.policy = make_policy(config.mode.value, fixed, config.uniform_margin)
 
     def decide(self, rids: list[str], caps: np.ndarray | None = None, padded: bool = False,
                floors: np.ndarray | None = None, uniform: bool = False,

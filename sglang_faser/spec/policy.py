@@ -107,8 +107,9 @@ class GoodputPolicy(LengthPolicy):
     name = "adaptive"
     max_iterations = 16
 
-    def __init__(self):
+    def __init__(self, uniform_margin: float = 0.0):
         self._warm: np.ndarray | None = None  # the last plan's ratio per depth cap: the next step's start
+        self.uniform_margin = uniform_margin  # how much more goodput per-request lengths must expect than one length
 
     def plan(self, accept_probs, caps, min_lens, cost, uniform=False, weights=None, context=0,
              resume_ms=None) -> StepPlan:
@@ -129,7 +130,13 @@ class GoodputPolicy(LengthPolicy):
         resume = np.zeros(batch) if resume_ms is None else np.asarray(resume_ms, dtype=np.float64)
         if uniform:
             return self._uniform(gain, caps, min_lens, cost, batch, width, context, resume)
-        return self._dinkelbach(gain, caps, min_lens, cost, batch, width, context, resume)
+        best = self._dinkelbach(gain, caps, min_lens, cost, batch, width, context, resume)
+        if self.uniform_margin <= 0:
+            return best
+        # one length for all unless per-request lengths expect clearly more: a mixed plan pays what the model
+        # does not price (sub-batch draft-extends, catch-ups later, a layout that changes every step)
+        same = self._uniform(gain, caps, min_lens, cost, batch, width, context, resume, ragged=True)
+        return same if same.goodput * (1 + self.uniform_margin) >= best.goodput else best
 
     def _dinkelbach(self, gain, caps, min_lens, cost, batch: int, width: int, context: int,
                     resume: np.ndarray) -> StepPlan:
@@ -249,17 +256,19 @@ class GoodputPolicy(LengthPolicy):
         return StepPlan(choice[best].astype(np.int64), float(tokens[best]), float(ms[best]))
 
     def _uniform(self, gain, caps, min_lens, cost, batch: int, width: int, context: int,
-                 resume: np.ndarray) -> StepPlan:
+                 resume: np.ndarray, ragged: bool = False) -> StepPlan:
+        """The best single length (clipped to each request's bounds); priced as the uniform verify layout runs it,
+        or ``ragged``: as the ragged one does (each request its own rows)."""
         lengths = np.clip(np.arange(width + 1)[:, None], min_lens[None, :], caps[None, :])  # [K + 1, B]
         tokens = gain[lengths, np.arange(batch)[None, :]].sum(axis=1)
-        ms = plan_ms(cost, batch, lengths, uniform=True, context=context, resume_ms=resume)
+        ms = plan_ms(cost, batch, lengths, uniform=not ragged, context=context, resume_ms=resume)
         best = int(np.argmax(tokens / np.maximum(ms, 1e-9)))
         return StepPlan(lengths[best].astype(np.int64), float(tokens[best]), float(ms[best]))
 
 
-def make_policy(mode: str, fixed_len: int) -> LengthPolicy:
+def make_policy(mode: str, fixed_len: int, uniform_margin: float = 0.0) -> LengthPolicy:
     if mode == "fixed":
         return FixedPolicy(fixed_len)
     if mode == "off":
         return FixedPolicy(0)
-    return GoodputPolicy()
+    return GoodputPolicy(uniform_margin)

@@ -137,7 +137,7 @@ def test_pending_decisions_are_bounded_when_results_go_missing():
 
 def test_uniform_backend_gets_one_length_for_the_whole_batch():
     rows_cost = StepCostModel(verify_coef=[1.0, 0.0, 0.5, 0.0], draft_coef=[0.2, 0.0, 0.0, 0.2, 0.0])  # rows matter
-    controller = LengthController(FaserConfig(), window=4, cost=rows_cost)
+    controller = LengthController(FaserConfig(uniform_margin=0.0), window=4, cost=rows_cost)
     split = []
     for _ in range(30):  # a always accepts, b never does: per-request lengths split them (b probed now and then)
         decision = controller.decide(["a", "b"])

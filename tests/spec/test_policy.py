@@ -260,3 +260,18 @@ def test_a_critical_request_keeps_its_speculation_under_load():
     weights[0] = 4.0
     weighted = GoodputPolicy().plan(accept, caps, mins, cost, weights=weights).lengths
     assert weighted[0] > plain[0] and weighted[0] > weighted[1]
+
+
+def test_per_request_lengths_replace_one_length_only_when_they_expect_clearly_more():
+    """``uniform_margin``: a mixed plan must expect that much more goodput than the best single length."""
+    cost = StepCostModel(verify_coef=[10.0, 0.0, 0.2, 0.0], draft_coef=[0.0, 0.0, 0.0, 1.0, 0.0])
+    caps, mins = np.full(2, K), np.zeros(2, dtype=np.int64)
+    close = np.stack([np.full(K, 0.9), np.full(K, 0.6)])  # a little apart: the exact optimum splits them a little
+    exact = GoodputPolicy().plan(close, caps, mins, cost)
+    assert exact.lengths[0] != exact.lengths[1]
+    best_single = max(FixedPolicy(k).plan(close, caps, mins, cost).goodput for k in range(K + 1))
+    assert exact.goodput < best_single * 1.25
+    held = GoodputPolicy(uniform_margin=0.25).plan(close, caps, mins, cost)
+    assert held.lengths[0] == held.lengths[1] and held.goodput == pytest.approx(best_single)
+    apart = np.stack([np.ones(K), np.zeros(K)])  # sure and hopeless: splitting them pays far more than 25 %
+    assert GoodputPolicy(uniform_margin=0.25).plan(apart, caps, mins, linear_cost(per_token=0.5)).lengths.tolist() == [K, 0]
