@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from sglang_faser.spec.acceptance import AcceptanceTracker
+from sglang_faser.spec.config import FaserConfig
 from sglang_faser.spec.cost_model import StepCostModel
 from sglang_faser.spec.policy import FixedPolicy, GoodputPolicy
 
@@ -33,7 +34,7 @@ def time_decisions(batch: int, max_len: int, repeats: int, rng: np.random.Genera
     if residuals:  # measured steps off the fit by depth, not monotone in it: the exact-depth path (the slower one)
         for depth in range(max_len + 1):
             cost.record_step(batch, depth, 10.0, 10.0 * (1.2 if depth % 2 else 0.9))
-    policy = GoodputPolicy()
+    policy = GoodputPolicy(FaserConfig().uniform_margin)  # as a server runs it: the single-length check included
     caps, mins = np.full(batch, max_len), np.zeros(batch, dtype=np.int64)
     samples = []
     base = rng.uniform(0.0, 1.0, size=(batch, max_len))

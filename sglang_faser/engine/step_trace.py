@@ -1,9 +1,9 @@
 """A per-step trace of the policy's choice against what the step then cost: the tool to see why FASER chose a length.
 
 ``SGLANG_FASER_STEP_TRACE=/path/steps.jsonl`` (set for the server process) makes every FASER decode step append
-one JSON line: the batch size, each request's length and the depth run, what the policy expected (tokens and
-milliseconds, after the measured residual), the measured phases (verify, the rest of the step with the
-scheduler's host time, catch-up), the drafts each request had accepted, and the cost model's coefficients and
+one JSON line: when it ended, the batch size, each request's length and the depth run, what the policy expected
+(tokens and milliseconds, after the measured residual), the measured phases (verify, the rest of the step with
+the scheduler's host time, catch-up), the drafts each request had accepted, and the cost model's coefficients and
 depth factors for that batch. A line is written when its step's acceptance arrives (SGLang reports it after the
 step, ``observe``), line-buffered, so the trace of a live server can be read while it serves; off by default (a
 JSON line per step is host work a server should not pay unasked).
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections import deque
 
 import numpy as np
@@ -41,6 +42,7 @@ class StepTrace:
         by the ``observe`` that brings its acceptance."""
         cost, batch = controller.cost, len(decision.lengths)
         record = {
+            "time": round(time.time(), 4),  # when the step ended (wall clock, seconds)
             "batch": batch,
             "lengths": decision.lengths.tolist(),
             "depth": int(decision.depth),

@@ -247,14 +247,14 @@ class StepCostModel:
 
     def record_step(self, batch: int, depth: int, modelled_ms: float, ms: float) -> None:
         """A step's measured time against the fit's price for its shape (``modelled_step_ms``)."""
-        if modelled_ms <= 0 or ms <= 0:
+        if modelled_ms <= 0 or ms <= 0 or ms > OUTLIER_FACTOR * modelled_ms:  # a stall (first use of a shape)
             return
-        mean_n = self._residual.setdefault(int(batch_bucket(batch)), {}).setdefault(depth, [0.0, 0])
+        running = self._residual.setdefault(int(batch_bucket(batch)), {}).setdefault(depth, [0.0, 0])
         r = float(np.log(ms / modelled_ms))
-        if mean_n[1] >= 2:  # a one-off stall (another process on the CPU, a first use) moves it a bounded step
-            r = min(max(r, mean_n[0] - RESIDUAL_CLIP), mean_n[0] + RESIDUAL_CLIP)
-        mean_n[1] += 1  # a plain mean over the first steps, then a running one
-        mean_n[0] += max(RESIDUAL_RATE, 1.0 / mean_n[1]) * (r - mean_n[0])
+        if running[1] >= 2:  # a one-off stall (another process on the CPU, a first use) moves it a bounded step
+            r = min(max(r, running[0] - RESIDUAL_CLIP), running[0] + RESIDUAL_CLIP)
+        running[1] += 1  # a plain mean over the first steps, then a running one
+        running[0] += max(RESIDUAL_RATE, 1.0 / running[1]) * (r - running[0])
 
     # -- measurements ------------------------------------------------------------------------------------
     def add_profile_sample(self, phase: str, batch: int, size: int, ms: float, rows: int | None = None,

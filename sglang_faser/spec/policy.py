@@ -16,6 +16,8 @@ result exact. The weights w_i are
 1, or ``latency_weight`` for ``latency_class: critical`` requests, so a critical request's tokens count more and
 it is not starved of speculation by its neighbours' load. k = 0 (no speculation) and every uniform length are
 inside the search space, so under the model the plan never loses to no speculation or the best fixed length.
+``uniform_margin``: the per-request optimum replaces the best single length only when it expects that much more
+goodput, since a mixed plan pays what the model does not price (sub-batch draft-extends, catch-ups later).
 
 ``uniform``: a verify backend that gives every request the same rows (B x (k + 1)) gets one length for all.
 Everything is NumPy over a [D, B, K + 1] grid (benchmarks/policy_decision.py times it).
@@ -131,7 +133,7 @@ class GoodputPolicy(LengthPolicy):
         if uniform:
             return self._uniform(gain, caps, min_lens, cost, batch, width, context, resume)
         best = self._dinkelbach(gain, caps, min_lens, cost, batch, width, context, resume)
-        if self.uniform_margin <= 0:
+        if self.uniform_margin <= 0 or (best.lengths == best.lengths[0]).all():  # one length already
             return best
         # one length for all unless per-request lengths expect clearly more: a mixed plan pays what the model
         # does not price (sub-batch draft-extends, catch-ups later, a layout that changes every step)

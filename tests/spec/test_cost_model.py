@@ -191,5 +191,8 @@ def test_one_stalled_step_moves_the_residual_a_bounded_step():
     model = StepCostModel(verify_coef=[10.0, 0.0, 0.0, 0.0], draft_coef=[0.0, 0.0, 0.0, 0.0, 0.0])
     for _ in range(4):
         model.record_step(8, 2, 10.0, 10.0)
-    model.record_step(8, 2, 10.0, 500.0)  # another process had the CPU
+    model.record_step(8, 2, 10.0, 30.0)  # another process had the CPU
     assert model.depth_factor(8, 2)[2] < 1.15
+    unseen = model.depth_factor(64, 3)
+    model.record_step(64, 3, 10.0, 500.0)  # the first use of a shape: beyond the outlier factor, not a price
+    assert model.depth_factor(64, 3).tolist() == unseen.tolist()
