@@ -20,7 +20,10 @@ def spec_flags(algorithm: str, steps: int, *extra: str) -> list[str]:
             "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(steps + 1), *extra]
 
 
-def configurations(algorithm: str = "EAGLE", window: int = 7, fixed=(1, 3, 5, 7), adaptive: bool = True,
+FIXED = (1, 3, 5, 7)  # the stock fixed lengths compared (and FASER's worker held at each, on request)
+
+
+def configurations(algorithm: str = "EAGLE", window: int = 7, fixed=FIXED, adaptive: bool = True,
                    frontiers=(2,)) -> dict[str, list[str]]:
     configs: dict[str, list[str]] = {"no-spec": []}
     configs.update({f"fixed-{k}": spec_flags(algorithm, k, "--faser-mode", "stock") for k in fixed})
@@ -35,7 +38,7 @@ def configurations(algorithm: str = "EAGLE", window: int = 7, fixed=(1, 3, 5, 7)
     return configs
 
 
-EXTRA = ("faser-k0", *(f"faser-fixed-{k}" for k in (1, 3, 5, 7)))  # run only when asked for by name
+EXTRA = ("faser-k0", *(f"faser-fixed-{k}" for k in FIXED))  # run only when asked for by name
 
 
 QUICK = ("no-spec", "fixed-1", "fixed-3", "faser", "faser-frontier-2")
