@@ -132,13 +132,7 @@ class GoodputPolicy(LengthPolicy):
         resume = np.zeros(batch) if resume_ms is None else np.asarray(resume_ms, dtype=np.float64)
         if uniform:
             return self._uniform(gain, caps, min_lens, cost, batch, width, context, resume)
-        best = self._dinkelbach(gain, caps, min_lens, cost, batch, width, context, resume)
-        if self.uniform_margin <= 0 or (best.lengths == best.lengths[0]).all():  # one length already
-            return best
-        # one length for all unless per-request lengths expect clearly more: a mixed plan pays what the model
-        # does not price (sub-batch draft-extends, catch-ups later, a layout that changes every step)
-        same = self._uniform(gain, caps, min_lens, cost, batch, width, context, resume, ragged=True)
-        return same if same.goodput * (1 + self.uniform_margin) >= best.goodput else best
+        return self._dinkelbach(gain, caps, min_lens, cost, batch, width, context, resume)
 
     def _dinkelbach(self, gain, caps, min_lens, cost, batch: int, width: int, context: int,
                     resume: np.ndarray) -> StepPlan:
@@ -255,15 +249,23 @@ class GoodputPolicy(LengthPolicy):
         # keep the best
         ms = ms_of(choice, choice.max(axis=1))
         best = int(np.argmax(np.where(feasible, tokens / np.maximum(ms, 1e-9), -np.inf)))
-        return StepPlan(choice[best].astype(np.int64), float(tokens[best]), float(ms[best]))
+        plan = choice[best]
+        if self.uniform_margin > 0 and (plan != plan[0]).any():
+            # one length for all unless per-request lengths expect clearly more: a mixed plan pays what the model
+            # does not price (sub-batch draft-extends, catch-ups later, a layout that changes every step)
+            same = np.clip(ks[:, None], low, caps[None, :])  # every single length, within each request's bounds
+            same_tokens, same_ms = tokens_of(same), ms_of(same, same.max(axis=1))
+            ratio = same_tokens / np.maximum(same_ms, 1e-9)
+            one = int(np.argmax(ratio))
+            if ratio[one] * (1 + self.uniform_margin) >= tokens[best] / max(ms[best], 1e-9):
+                return StepPlan(same[one].astype(np.int64), float(same_tokens[one]), float(same_ms[one]))
+        return StepPlan(plan.astype(np.int64), float(tokens[best]), float(ms[best]))
 
     def _uniform(self, gain, caps, min_lens, cost, batch: int, width: int, context: int,
-                 resume: np.ndarray, ragged: bool = False) -> StepPlan:
-        """The best single length (clipped to each request's bounds); priced as the uniform verify layout runs it,
-        or ``ragged``: as the ragged one does (each request its own rows)."""
+                 resume: np.ndarray) -> StepPlan:
         lengths = np.clip(np.arange(width + 1)[:, None], min_lens[None, :], caps[None, :])  # [K + 1, B]
         tokens = gain[lengths, np.arange(batch)[None, :]].sum(axis=1)
-        ms = plan_ms(cost, batch, lengths, uniform=not ragged, context=context, resume_ms=resume)
+        ms = plan_ms(cost, batch, lengths, uniform=True, context=context, resume_ms=resume)
         best = int(np.argmax(tokens / np.maximum(ms, 1e-9)))
         return StepPlan(lengths[best].astype(np.int64), float(tokens[best]), float(ms[best]))
 
