@@ -53,6 +53,7 @@ that large.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -222,19 +223,19 @@ class StepCostModel:
         return ms * self.depth_factor(int(np.max(batch)), int(depth.max(initial=0))).take(depth)
 
     def depth_factor(self, batch: int, max_depth: int) -> np.ndarray:
-        """[max_depth + 1]: measured / modelled step time at each depth for a batch of ``batch`` requests."""
-        out = np.ones(max_depth + 1)
+        """[max_depth + 1]: measured / modelled step time at each depth for a batch of ``batch`` requests (plain
+        Python over a few depths: the policy asks every step)."""
         if not self._residual:
-            return out
+            return np.ones(max_depth + 1)
         seen = self._residual.get(int(batch_bucket(batch)))
         if not seen:
             everywhere = [r for by_depth in self._residual.values() for r, _ in by_depth.values()]
-            return out * np.exp(np.mean(everywhere))
-        out *= np.exp(np.mean([r for r, _ in seen.values()]))
+            return np.full(max_depth + 1, math.exp(sum(everywhere) / len(everywhere)))
+        logs = [math.fsum(r for r, _ in seen.values()) / len(seen)] * (max_depth + 1)
         for depth, (r, _) in seen.items():
             if depth <= max_depth:
-                out[depth] = np.exp(r)
-        return out
+                logs[depth] = r
+        return np.exp(logs)
 
     def modelled_step_ms(self, batch: int, verify_tokens: int, depth: int, draft_rows: int, drafting: int,
                          context: int) -> float:

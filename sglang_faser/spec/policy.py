@@ -10,23 +10,23 @@ Dinkelbach's method: with lambda the current ratio, each request independently t
 w_i T_i(k) - lambda c(k) within its bounds; the new ratio is that plan's, and the iteration stops when it no
 longer rises (a few passes; the optimum of a ratio over a finite set). Then the best D wins. Measured steps
 correct the fit's price by depth (``StepCostModel.depth_factor``: cap D's whole cost times factor[D]); while the
-factor does not fall with depth, a plan below its cap is never dearer at its own depth, and where it does fall,
-each cap's plan is held at exactly that depth (the request that loses least is raised to it), which keeps the
-result exact. The weights w_i are
-1, or ``latency_weight`` for ``latency_class: critical`` requests, so a critical request's tokens count more and
-it is not starved of speculation by its neighbours' load. k = 0 (no speculation) and every uniform length are
+corrected prices do not fall with depth, a plan below its cap is never dearer at its own depth, and where they
+do, each cap's plan is held at exactly that depth (the request that loses least is raised to it), which keeps the
+result exact. The prices that only change with the fit and the batch size are kept between steps. The weights
+w_i are 1, or ``latency_weight`` for ``latency_class: critical`` requests, so a critical request's tokens count
+more and it is not starved of speculation by its neighbours' load. k = 0 (no speculation) and every uniform length are
 inside the search space, so under the model the plan never loses to no speculation or the best fixed length.
 ``uniform_margin``: the per-request optimum replaces the best single length only when it expects that much more
 goodput, since a mixed plan pays what the model does not price (sub-batch draft-extends, catch-ups later).
 
 ``uniform``: a verify backend that gives every request the same rows (B x (k + 1)) gets one length for all.
-Everything is NumPy over a [D, B, K + 1] grid (benchmarks/policy_decision.py times it).
+Everything is NumPy over [D, B] plans (benchmarks/policy_decision.py times it).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -45,6 +45,39 @@ class StepPlan:
     def goodput(self) -> float:
         """Expected committed tokens per millisecond."""
         return self.expected_tokens / self.expected_ms if self.expected_ms > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class _StepShape:
+    """A step's prices by depth cap D = 0..K and length k, before the measured correction by depth: they change
+    only with the fit and the batch size, so the policy keeps them between steps."""
+
+    fixed: np.ndarray  # [D]: what every step of depth D pays (passes, scheduler host work, draft-extend's fixed part)
+    v_ctx: float  # per context token
+    per_req: np.ndarray  # [D, K + 1]: a request at length k under cap D (rows, draft rows, its draft-extend rows)
+    inv_step: float  # 1 / the marginal cost of a draft past the first
+    rows: np.ndarray  # [D, 1]: each cap's offset into ``per_req`` flattened
+    reachable: np.ndarray  # [D - 1, K + 1]: length k <= D (a plan of cap D may hold it)
+    falls_at_par: bool = False  # ``falls_with_depth`` where the measured correction is the same at every depth
+
+    @classmethod
+    def of(cls, verify: np.ndarray, draft: np.ndarray, cost: StepCostModel, batch: int, width: int) -> "_StepShape":
+        v0, v_req, v_tok, v_ctx = verify
+        d0, d_ext, d_req, d_step, d_row = draft
+        ks = np.arange(width + 1)
+        per_k = v_tok * ks + (d_row * np.maximum(ks - 1, 0) if cost.draft_cut else 0.0)
+        joins = (d_req * (ks + 1.0))[:, None] * (ks > 0)[None, :]  # cap D's draft-extend rows, once k > 0
+        fixed = (v0 * cost.verify_passes(ks) + (v_req + v_tok) * batch + d0 + d_step * ks + d_ext * (ks > 0)
+                 + (0.0 if cost.draft_cut else d_row * batch * np.maximum(ks - 1, 0)))
+        step = v_tok + (d_row if cost.draft_cut else 0.0)
+        shape = cls(fixed, float(v_ctx), per_k[None, :] + joins, 1.0 / max(step, 1e-12), ks[:, None] * (width + 1),
+                    ks[None, :] <= ks[:-1, None])
+        return replace(shape, falls_at_par=shape.falls_with_depth(shape.fixed, shape.per_req))
+
+    def falls_with_depth(self, fixed: np.ndarray, per_req: np.ndarray) -> bool:
+        """Whether a plan may cost less at a deeper cap than at its own depth: the fixed part or some length's
+        part gets cheaper with depth (a measured correction that falls with depth can make them)."""
+        return bool((np.diff(fixed) < 0).any() or ((np.diff(per_req, axis=0) < 0) & self.reachable).any())
 
 
 class LengthPolicy(ABC):
@@ -112,6 +145,8 @@ class GoodputPolicy(LengthPolicy):
     def __init__(self, uniform_margin: float = 0.0):
         self._warm: np.ndarray | None = None  # the last plan's ratio per depth cap: the next step's start
         self.uniform_margin = uniform_margin  # how much more goodput per-request lengths must expect than one length
+        self._shape_key: tuple | None = None  # what the cached step prices were made from
+        self._shape_cache: _StepShape | None = None
 
     def plan(self, accept_probs, caps, min_lens, cost, uniform=False, weights=None, context=0,
              resume_ms=None) -> StepPlan:
@@ -146,107 +181,98 @@ class GoodputPolicy(LengthPolicy):
         (Dinkelbach's parametric step: each request's own argmax of w_i T_i(k) - lambda cost_i(k)); the ratio
         rises until no request's choice changes it."""
         ks = np.arange(width + 1)
-        depths = ks[:, None]  # one candidate cap per possible depth, [D, 1]
-        v0, v_req, v_tok, v_ctx = cost.coefs(VERIFY, batch)
-        d0, d_ext, d_req, d_step, d_row = cost.coefs(DRAFT, batch)
-        # the per-request part of the cost: rows past the root and draft rows where drafting is cut per request
-        # [K + 1], and its D + 1 rows in the draft-extend once it drafts at all [D]
-        per_k = v_tok * ks + (d_row * np.maximum(ks - 1, 0) if cost.draft_cut else 0.0)
-        join = d_req * (ks + 1.0)
-        fixed = (v0 * cost.verify_passes(depths[:, 0]) + (v_req + v_tok) * batch + v_ctx * context + d0
-                 + d_step * depths[:, 0]
-                 + d_ext * (depths[:, 0] > 0)  # the draft-extend's fixed part: only steps that draft pay it
-                 + (0.0 if cost.draft_cut else d_row * batch * np.maximum(depths[:, 0] - 1, 0)))  # [D]
-        # worth of positions 2..K (marginal value per marginal cost), [K - 1, B]
-        worth = (gain[2:] - gain[1:-1]) / np.maximum(per_k[2:] - per_k[1:-1], 1e-12)[:, None]
+        shape = self._shape(cost, batch, width)
+        # measured / modelled step time by depth (``StepCostModel.depth_factor``): a cap D's costs, fixed and per
+        # request, all scale by factor[D], so its thresholds compare worth with ratio x factor[D]
+        factor = cost.depth_factor(batch, width)
+        fixed = (shape.fixed + shape.v_ctx * context) * factor  # [D]: what a step at depth D costs whoever drafts
+        # a request's cost at length k under cap D, [D, K + 1]: rows past the root, draft rows, and its D + 1 rows
+        # in the draft-extend once it drafts at all
+        per_req = shape.per_req * factor[:, None]
+        # a plan below its cap runs (and is scored) at its own depth; the cap's price is never below that while
+        # neither the fixed part nor any length's part gets cheaper with depth (a measured factor that falls with
+        # depth can make them), otherwise each cap's plan is held at exactly its depth
+        steps = factor.tolist()
+        exact_depth = (shape.falls_at_par if steps.count(steps[0]) == len(steps)
+                       else shape.falls_with_depth(fixed, per_req))
+        per_req = per_req.ravel()
+        if exact_depth:  # what length D costs under cap D, [D, B]
+            cap_ms = per_req[::width + 2][:, None] + resume[None, :] * (ks > 0)[:, None]
+        # worth of positions 2..K (marginal value per marginal cost), [K - 1, 1, B]
+        worth = ((gain[2:] - gain[1:-1]) * shape.inv_step)[:, None, :]
         low = min_lens[None, :]
-        high = np.minimum(caps[None, :], depths)  # [D, B]
+        high = np.minimum(caps[None, :], ks[:, None])  # [D, B]
         floor = int(min_lens.max())
         # D below some request's floor, or beyond every request's cap, is not a candidate (min_lens <= caps)
         feasible = (ks >= floor) & (ks <= caps.max())
         first = np.maximum(low, 1)
         # k = 0 allowed: no floor, or the cap allows no draft (the common case, no floors, skips these ops)
         may_rest = None if floor == 0 else (low == 0) | (high == 0)
-        # what the first draft costs beyond its rows: the draft-extend's D + 1 rows and the catch-up
-        resuming = bool(resume.any())
+        resuming = bool(resume.any())  # what the first draft costs beyond its rows: its draft's catch-up
         cols = np.arange(batch)[None, :]
-        flat, rise = gain.ravel(), (gain - gain[:1]).ravel()  # T(k) and T(k) - T(0), flat [(K + 1) * B]
-        # measured / modelled step time by depth (``StepCostModel.depth_factor``): a cap D's costs, fixed and per
-        # request, all scale by factor[D], so its thresholds compare worth with ratio x factor[D]
-        factor = cost.depth_factor(batch, width)
-        # a plan below its cap runs (and is scored) at its own depth; that is never dearer than the cap's price
-        # while the factor does not fall with depth, otherwise each cap's plan is held at exactly its depth
-        exact_depth = bool((np.diff(factor) < 0).any())
-
-        def tokens_of(plan):
-            return flat.take(plan * batch + cols).sum(axis=1)
+        rows = shape.rows  # [D, 1]: each cap's offset into per_req
+        rise_by_cap = gain - gain[:1]  # [D, B]: T(k) - T(0), length k = cap D
+        flat, rise = gain.ravel(), rise_by_cap.ravel()  # T(k) and T(k) - T(0), flat [(K + 1) * B]
+        rest_tokens = float(gain[0].sum())  # every request at k = 0
+        if exact_depth:  # T(D) - T(0) where the request may reach cap D, else -inf
+            reach_cap = np.where(high >= ks[:, None], rise_by_cap, -np.inf)
 
         def ms_of(plan, depth):  # plans [D, B] priced at depth ``depth`` [D]
-            ms = fixed.take(depth) + per_k.take(plan).sum(axis=1) + join.take(depth) * np.count_nonzero(plan, axis=1)
-            ms *= factor.take(depth)
+            ms = fixed.take(depth) + per_req.take(plan + depth[:, None] * (width + 1)).sum(axis=1)
             return ms + ((plan > 0) * resume).sum(axis=1) if resuming else ms
 
-        def ratio_of(plan):  # (its ratio at each cap, its tokens)
-            tokens = tokens_of(plan)
-            return tokens / np.maximum(ms_of(plan, ks), 1e-9), tokens
-
-        def best_at(ratio):  # each request's best length at this ratio (ties: shorter)
-            scaled = ratio * factor
-            above = np.add.reduce(worth[:, None, :] > scaled[None, :, None], axis=0, dtype=np.int16)
+        def best_at(ratio):
+            """Each request's best length at this ratio (ties: shorter), and the plans' (ratio, tokens, ms)."""
+            above = np.add.reduce(worth > (ratio * factor)[None, :, None], axis=0, dtype=np.int16)
             drafting = np.minimum(np.maximum(1 + above, first) if floor > 1 else 1 + above, high)  # best k >= 1
             # resting (k = 0) wins where ratio x cost(k) >= T(k) - T(0); where the cap allows no draft, drafting
             # is 0 and this holds
-            lam_cost = scaled[:, None] * (per_k.take(drafting) + join[:, None])
-            if resuming:
-                lam_cost += ratio[:, None] * resume[None, :]
-            rest = lam_cost >= rise.take(drafting * batch + cols)
+            drafting_ms = per_req.take(drafting + rows)
+            if resuming:  # (where drafting is 0, resting wins whatever it costs)
+                drafting_ms = drafting_ms + resume[None, :]
+            worth_more = rise.take(drafting * batch + cols)
+            draws = ratio[:, None] * drafting_ms < worth_more
             if may_rest is not None:
-                rest &= may_rest
-            plan = np.where(rest, 0, drafting)
-            return at_depth(plan, ratio, scaled) if exact_depth else plan
+                draws |= ~may_rest
+            plan = drafting * draws
+            gained, paid = worth_more * draws, drafting_ms * draws  # [D, B]: each request's part of the plan
+            if exact_depth:
+                raise_to_cap(plan, gained, paid, ratio)
+            tokens = rest_tokens + np.add.reduce(gained, axis=1)
+            ms = fixed + np.add.reduce(paid, axis=1)
+            return plan, tokens / np.maximum(ms, 1e-9), tokens, ms
 
-        def at_depth(plan, ratio, scaled):
+        def raise_to_cap(plan, gained, paid, ratio):
             """Each cap's plan with one request raised to the cap where none reaches it: the request that loses
-            least of w T(k) - ratio x cost(k) by it (the exact optimum over plans of exactly that depth)."""
-            short = np.flatnonzero((plan.max(axis=1) < ks) & feasible)
-            if len(short) == 0:
-                return plan
-            part, depth = plan[short], ks[short][:, None]
-
-            def value(k):  # w T(k) - w T(0) - ratio x cost(k), [caps, B]
-                v = rise.take(k * batch + cols) - scaled[short][:, None] * (per_k.take(k) + join[short][:, None]
-                                                                             * (k > 0))
-                return v - ratio[short][:, None] * resume[None, :] * (k > 0) if resuming else v
-
-            loss = np.where(high[short] >= depth, value(part) - value(np.broadcast_to(depth, part.shape)), np.inf)
-            who = loss.argmin(axis=1)
-            part[np.arange(len(short)), who] = ks[short]
-            plan = plan.copy()
-            plan[short] = part
-            return plan
+            least of w T(k) - ratio x cost(k) by it (the exact optimum over plans of exactly that depth); in
+            place, ``gained`` and ``paid`` with it."""
+            short = (plan.max(axis=1) < ks) & feasible
+            if not short.any():
+                return
+            at_cap = reach_cap - ratio[:, None] * cap_ms
+            who = np.argmax(at_cap - (gained - ratio[:, None] * paid), axis=1)  # the least loss
+            caps_short = np.flatnonzero(short)
+            who = who[caps_short]
+            plan[caps_short, who] = caps_short
+            gained[caps_short, who] = rise_by_cap[caps_short, who]
+            paid[caps_short, who] = cap_ms[caps_short, who]
 
         # start from a feasible plan: the thresholds at the last step's optimal ratios (the batch changes little
-        # from step to step, so this is usually within one pass of the optimum), or each request's shortest length
-        if self._warm is None or len(self._warm) != width + 1:
-            choice = np.where(low == 0, 0, np.minimum(low, high))  # each request's shortest length
-            if exact_depth:
-                choice = at_depth(choice, np.zeros(width + 1), np.zeros(width + 1))
-        else:
-            choice = best_at(self._warm)
-        ratio, tokens = ratio_of(choice)
+        # from step to step, so this is usually within one pass of the optimum), or at ratio 0 (every request as
+        # long as its estimates give it any chance)
+        choice, ratio, tokens, _ = best_at(np.zeros(width + 1) if self._warm is None or len(self._warm) != width + 1
+                                           else self._warm)
         for _ in range(self.max_iterations):  # each pass: F(ratio) = max sum(gain - ratio cost) >= 0
-            best = best_at(ratio)
-            if np.array_equal(best, choice):  # the plans reproduce themselves: the ratios are optimal
+            best, new, new_tokens, _ = best_at(ratio)
+            if (best == choice).all():  # the plans reproduce themselves: the ratios are optimal
                 break
-            new, new_tokens = ratio_of(best)
             rose = new > ratio * (1 + 1e-12) + 1e-15
             if not rose.any():
                 break
             choice = np.where(rose[:, None], best, choice)
             ratio, tokens = np.where(rose, new, ratio), np.where(rose, new_tokens, tokens)
         self._warm = ratio
-        # score each cap's plan at the depth it really runs (its deepest length; ``plan_ms`` in closed form) and
-        # keep the best
+        # score each cap's plan at the depth it really runs (its deepest length) and keep the best
         ms = ms_of(choice, choice.max(axis=1))
         best = int(np.argmax(np.where(feasible, tokens / np.maximum(ms, 1e-9), -np.inf)))
         plan = choice[best]
@@ -254,12 +280,21 @@ class GoodputPolicy(LengthPolicy):
             # one length for all unless per-request lengths expect clearly more: a mixed plan pays what the model
             # does not price (sub-batch draft-extends, catch-ups later, a layout that changes every step)
             same = np.clip(ks[:, None], low, caps[None, :])  # every single length, within each request's bounds
-            same_tokens, same_ms = tokens_of(same), ms_of(same, same.max(axis=1))
+            same_tokens = flat.take(same * batch + cols).sum(axis=1)
+            same_ms = ms_of(same, same.max(axis=1))
             ratio = same_tokens / np.maximum(same_ms, 1e-9)
             one = int(np.argmax(ratio))
             if ratio[one] * (1 + self.uniform_margin) >= tokens[best] / max(ms[best], 1e-9):
                 return StepPlan(same[one].astype(np.int64), float(same_tokens[one]), float(same_ms[one]))
         return StepPlan(plan.astype(np.int64), float(tokens[best]), float(ms[best]))
+
+    def _shape(self, cost: StepCostModel, batch: int, width: int) -> "_StepShape":
+        """The step's prices that only change with the fit and the batch size (most steps reuse the last)."""
+        verify, draft = cost.coefs(VERIFY, batch), cost.coefs(DRAFT, batch)
+        key = (batch, width, cost.draft_cut, cost.frontier_size, verify.tobytes(), draft.tobytes())
+        if self._shape_key != key:
+            self._shape_key, self._shape_cache = key, _StepShape.of(verify, draft, cost, batch, width)
+        return self._shape_cache
 
     def _uniform(self, gain, caps, min_lens, cost, batch: int, width: int, context: int,
                  resume: np.ndarray) -> StepPlan:
