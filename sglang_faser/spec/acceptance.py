@@ -15,9 +15,15 @@ The estimate is a Beta posterior per request and position, learnt both ways:
   a few steps; one whose probes keep failing waits twice as long each time, so hopeless requests cost O(log T)
   probes instead of one every few steps (at batch 1 a probe, often at full depth because the positions behind
   the first look like the server's, costs several plain steps);
-* **prior from the server**: the posterior mean is (s + w g) / (s + f + w), g the server-wide rate by position
-  (itself decayed counts over every request) and w = ``prior_weight`` pseudo-observations, so a new request
-  starts from what the server sees;
+* **prior from the server, one request one vote**: the posterior mean is (s + w g) / (s + f + w), g the
+  server-wide rate by position and w = ``prior_weight`` / (1 + the request's observations there so far)
+  pseudo-observations, so a new request starts from what the server sees and a long record speaks for itself
+  (with w fixed, decayed counts of about 1 / ``request_rate`` observations held a request that never failed at
+  0.93 per position, and its deep drafts at half their worth). g is a running mean over finished requests of each one's own rate, not pooled tokens: pooled,
+  the requests that draft most set it (a run of sure requests had every new request probe at full depth, a run
+  of doomed ones at length 1 left g near 0 and no later request was ever tried). A finished request with no
+  evidence at a position pulls g there back towards the initial ``prior``, so requests that were never tried
+  cannot write speculation off for good;
 * **optimism where evidence is thin**: decisions use the posterior mean, plus ``explore`` x sd, sd = sqrt(mean
   (1 - mean) / (s + f + w + 1)), at the first position the request has less than one (decayed) observation of: a
   UCB bonus for one position past what it has tried lately. A request held short therefore looks better one
@@ -32,7 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
-GLOBAL_DECAY = 0.98  # per verify step: the server-wide counts remember about the last 50 steps
+REQUEST_PRIOR_RATE = 0.1  # weight of a finished request in the server-wide prior: about the last 10 requests
 MAX_BACKOFF = 6  # a parked request's evidence fades at least at request_rate / 64 per step
 
 
@@ -45,9 +51,11 @@ class AcceptanceTracker:
         self.request_rate = request_rate
         self.prior_weight = prior_weight
         self.explore = explore
-        self._global = np.stack([np.full(max_len, 2.0 * prior), np.full(max_len, 2.0 * (1.0 - prior))])
+        self.prior = prior
+        self._by_request = np.full(max_len, prior)  # server-wide acceptance by position, over finished requests
         self._rows: dict[str, int] = {}
-        self._counts = np.zeros((2, initial_capacity, max_len))  # [successes, failures] x rows x positions
+        # [decayed successes, decayed failures, observations ever] x rows x positions
+        self._counts = np.zeros((3, initial_capacity, max_len))
         self._backoff = np.zeros(initial_capacity, dtype=np.int64)  # failed probes in a row, per row
         self._free: list[int] = list(range(initial_capacity - 1, -1, -1))
         self._positions = np.arange(max_len)
@@ -57,8 +65,8 @@ class AcceptanceTracker:
 
     @property
     def global_accept_by_position(self) -> np.ndarray:
-        succ, fail = self._global
-        return succ / np.maximum(succ + fail, 1e-12)
+        """What a new request starts from: the running mean of finished requests' own rates by position."""
+        return self._by_request
 
     def _row_of(self, rid: str) -> int:
         row = self._rows.get(rid)
@@ -80,8 +88,8 @@ class AcceptanceTracker:
     def posterior(self, rids: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(mean, standard deviation) [B, max_len] of each request's conditional acceptance by position."""
         rows = self.rows_for(rids)  # may grow the table: index it afterwards
-        succ, fail = self._counts[0, rows], self._counts[1, rows]
-        weight = self.prior_weight
+        succ, fail, seen = self._counts[:, rows]
+        weight = self.prior_weight / (1.0 + seen)  # the server's say fades as the request's own record grows
         n = succ + fail + weight
         mean = (succ + weight * self.global_accept_by_position[None, :]) / n
         return mean, np.sqrt(mean * (1.0 - mean) / (n + 1.0))
@@ -109,15 +117,21 @@ class AcceptanceTracker:
         drafted = proposed > 0
         backoff = self._backoff[rows]
         keep = 1.0 - np.where(drafted, self.request_rate, self.request_rate / 2.0 ** backoff)
-        self._counts[:, rows] = self._counts[:, rows] * keep[None, :, None] + np.stack([success, failure])
+        counts = self._counts[:, rows]
+        counts[:2] *= keep[None, :, None]
+        self._counts[:, rows] = counts + np.stack([success, failure, observed])
         self._backoff[rows] = np.where(drafted, np.where(accepted > 0, 0, np.minimum(backoff + 1, MAX_BACKOFF)),
                                        backoff)
-        self._global = self._global * GLOBAL_DECAY + np.stack([success.sum(axis=0), failure.sum(axis=0)])
 
     def forget(self, rid: str) -> None:
-        """Free a finished request's row."""
+        """Free a finished request's row; its own acceptance joins the server-wide prior first."""
         row = self._rows.pop(rid, None)
         if row is not None:
+            succ, fail, _ = self._counts[:, row]
+            seen = np.minimum(succ + fail, 1.0)  # how much evidence it has by position (decayed observations)
+            rate = succ / np.maximum(succ + fail, 1e-12)
+            target = seen * rate + (1.0 - seen) * self.prior
+            self._by_request += REQUEST_PRIOR_RATE * (target - self._by_request)
             self._free.append(row)
 
 

@@ -71,7 +71,7 @@ KNOBS: tuple[Knob, ...] = (
     Knob("request_rate", "float", 0.2, 0.0, 1.0, "weight of a request's newest verify step in its acceptance "
          "counts (older steps decay by 1 - rate)", low_open=True),
     Knob("prior_weight", "float", 1.0, 0.1, 100.0, "pseudo-observations of the server-wide acceptance a request's "
-         "estimate starts from"),
+         "estimate starts from (fading as its own observations accrue)"),
     Knob("explore", "float", 1.0, 0.0, 4.0, "optimism for draft positions a request has seldom tried (a UCB bonus "
          "in standard deviations; 0 = the posterior mean only)"),
     Knob("latency_weight", "float", 4.0, 1.0, 100.0, "how much a latency_class=critical request's tokens count "

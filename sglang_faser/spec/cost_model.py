@@ -42,7 +42,8 @@ measured time is therefore also compared with the fit's price for its shape: ``r
 bucket and depth, a running mean of log(measured / modelled), and ``step_ms`` multiplies the fit's price by it.
 It moves within a few steps (a burst of a new batch size is priced from its first steps, not 32 steps later);
 a depth not yet run in a bucket takes the mean of the depths that were (the load on the machine moves every
-depth alike), a bucket not yet seen the mean over all buckets.
+depth alike), a bucket not yet seen the mean over all buckets, and a depth run once or long ago leans towards
+its bucket's mean.
 
 Profile samples stay as a prior; online samples live in a sliding window, so the fit follows load and thermal
 drift without forgetting the shape the profile established. One-off stalls are dropped by comparing each sample
@@ -64,6 +65,8 @@ OUTLIER_FACTOR = 4.0
 CATCH_UP_WINDOW = 64  # catch-up samples the catch-up fit keeps
 RESIDUAL_RATE = 0.25  # weight of the newest step in a (bucket, depth) running mean of log(measured / modelled)
 RESIDUAL_CLIP = 0.4  # how far (in log) one step may pull that mean's sample from it, after the first two
+RESIDUAL_PSEUDO = 1.0  # steps' worth of the bucket's mean a depth's own residual is weighed against
+RESIDUAL_AGE = 0.98  # per step since a depth last ran: how much its own residual still counts
 LOCAL_WEIGHT = 0.25  # a sample's weight in the fit for a batch-size bucket, per bucket away from it
 RIDGE = 1e-4  # penalty on the per-request terms, relative to each term's own sum of squares
 
@@ -156,7 +159,9 @@ class StepCostModel:
         self._kept_samples: dict[str, tuple | None] = {VERIFY: None, DRAFT: None}  # (x, y, bucket) of the last refit
         self._since_refit = 0
         self._catch_ups: deque = deque(maxlen=CATCH_UP_WINDOW)  # (rows, ms)
-        self._residual: dict[int, dict[int, list]] = {}  # batch bucket -> depth -> [mean log(measured / modelled), n]
+        # batch bucket -> depth -> [mean log(measured / modelled), steps, the step it last ran]
+        self._residual: dict[int, dict[int, list]] = {}
+        self._steps = 0  # steps recorded
 
     def coefs(self, phase: str, batch) -> np.ndarray:
         """The coefficients that price a step of ``batch`` requests (scalar, or an array: one row each): the fit
@@ -223,18 +228,30 @@ class StepCostModel:
         return ms * self.depth_factor(int(np.max(batch)), int(depth.max(initial=0))).take(depth)
 
     def depth_factor(self, batch: int, max_depth: int) -> np.ndarray:
-        """[max_depth + 1]: measured / modelled step time at each depth for a batch of ``batch`` requests (plain
-        Python over a few depths: the policy asks every step)."""
+        """[max_depth + 1]: measured / modelled step time at each depth for a batch of ``batch`` requests.
+
+        A depth's own residual is weighed against its bucket's mean (over steps) by how many steps ran at it and
+        how long ago (``RESIDUAL_PSEUDO``, ``RESIDUAL_AGE``): one noisy step must not price a depth for good, since
+        a depth priced too dear is not chosen and so never measured again. Plain Python over a few depths (every
+        step asks)."""
         if not self._residual:
             return np.ones(max_depth + 1)
         seen = self._residual.get(int(batch_bucket(batch)))
         if not seen:
-            everywhere = [r for by_depth in self._residual.values() for r, _ in by_depth.values()]
+            everywhere = [r for by_depth in self._residual.values() for r, _, _ in by_depth.values()]
             return np.full(max_depth + 1, math.exp(sum(everywhere) / len(everywhere)))
-        logs = [math.fsum(r for r, _ in seen.values()) / len(seen)] * (max_depth + 1)
-        for depth, (r, _) in seen.items():
+        # each depth's evidence: its steps (as many as the running mean holds), fading with the steps since it ran
+        evidence = {depth: min(n, 1.0 / RESIDUAL_RATE) * RESIDUAL_AGE ** (self._steps - last)
+                    for depth, (_, n, last) in seen.items()}
+        total = math.fsum(evidence.values())
+        if total < 1e-9:  # the whole bucket long unused: its depths alike
+            evidence = dict.fromkeys(evidence, 1.0)
+            total = float(len(evidence))
+        mean = math.fsum(seen[d][0] * e for d, e in evidence.items()) / total  # the bucket's, steps weighed
+        logs = [mean] * (max_depth + 1)
+        for depth, (r, _, _) in seen.items():
             if depth <= max_depth:
-                logs[depth] = r
+                logs[depth] = mean + evidence[depth] / (evidence[depth] + RESIDUAL_PSEUDO) * (r - mean)
         return np.exp(logs)
 
     def modelled_step_ms(self, batch: int, verify_tokens: int, depth: int, draft_rows: int, drafting: int,
@@ -250,7 +267,9 @@ class StepCostModel:
         """A step's measured time against the fit's price for its shape (``modelled_step_ms``)."""
         if modelled_ms <= 0 or ms <= 0 or ms > OUTLIER_FACTOR * modelled_ms:  # a stall (first use of a shape)
             return
-        running = self._residual.setdefault(int(batch_bucket(batch)), {}).setdefault(depth, [0.0, 0])
+        self._steps += 1
+        running = self._residual.setdefault(int(batch_bucket(batch)), {}).setdefault(depth, [0.0, 0, 0])
+        running[2] = self._steps
         r = float(np.log(ms / modelled_ms))
         if running[1] >= 2:  # a one-off stall (another process on the CPU, a first use) moves it a bounded step
             r = min(max(r, running[0] - RESIDUAL_CLIP), running[0] + RESIDUAL_CLIP)

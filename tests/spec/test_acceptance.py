@@ -12,8 +12,32 @@ def test_new_requests_start_from_the_server_wide_estimate():
     tracker = AcceptanceTracker(max_len=4, prior=0.6)
     for _ in range(50):
         tracker.observe(["a"], proposed=np.array([4]), accepted=np.array([4]))
+    tracker.forget("a")  # a finished request's own rate joins the server's
     fresh = tracker.accept_probs(["new"])[0]
     assert np.all(fresh > 0.6)
+
+
+def test_the_server_wide_estimate_counts_requests_not_tokens():
+    """Requests that drafted much do not outvote the others, and requests that were never tried pull the
+    server's estimate back towards the initial prior: a run of doomed requests does not stop later ones from
+    being tried."""
+    tracker = AcceptanceTracker(max_len=4, prior=0.6, explore=0.0)
+    for i in range(20):  # sure requests drafting 4 for 30 steps, doomed ones failing at 1 for 2 steps
+        for _ in range(30 if i % 2 == 0 else 2):
+            tracker.observe([f"r{i}"], proposed=np.array([4 if i % 2 == 0 else 1]),
+                            accepted=np.array([4 if i % 2 == 0 else 0]))
+        tracker.forget(f"r{i}")
+    first = tracker.global_accept_by_position[0]
+    assert 0.35 < first < 0.65  # half of the requests, whatever their token counts
+    for i in range(20):  # doomed requests only
+        tracker.observe([f"d{i}"], proposed=np.array([1]), accepted=np.array([0]))
+        tracker.forget(f"d{i}")
+    low = tracker.global_accept_by_position[0]
+    assert low < 0.15
+    for i in range(30):  # never tried
+        tracker.accept_probs([f"n{i}"])
+        tracker.forget(f"n{i}")
+    assert tracker.global_accept_by_position[0] > low + 0.3
 
 
 def test_accepted_run_and_first_rejection_are_observed_later_positions_are_not():

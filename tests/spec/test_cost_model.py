@@ -179,12 +179,29 @@ def test_measured_steps_correct_the_price_of_their_batch_size_and_depth():
     factor = model.depth_factor(32, 3)
     assert factor[1] == pytest.approx(2.0)
     assert factor[3] == pytest.approx(2.0)  # a depth not run yet in the bucket: the bucket's mean
-    model.record_step(32, 3, 10.0, 10.0)
-    assert model.depth_factor(32, 3)[3] == pytest.approx(1.0) and model.depth_factor(32, 3)[1] == pytest.approx(2.0)
-    assert model.step_ms(32, 64, 1) == pytest.approx(20.0)
+    for _ in range(6):
+        model.record_step(32, 3, 10.0, 10.0)
+    factor = model.depth_factor(32, 3)
+    assert factor[3] < 1.1 and factor[1] > 1.6  # each depth its own price
+    assert model.step_ms(32, 64, 1) == pytest.approx(10.0 * factor[1])
     assert model.step_ms(32, 64, 1, corrected=False) == pytest.approx(10.0)
-    assert model.step_ms(32, np.array([64, 96]), np.array([1, 3])).tolist() == pytest.approx([20.0, 10.0])
+    assert model.step_ms(32, np.array([64, 96]), np.array([1, 3])).tolist() == pytest.approx(
+        [10.0 * factor[1], 10.0 * factor[3]])
     assert model.depth_factor(2, 1)[1] == pytest.approx(np.sqrt(2.0))  # an unseen bucket: the mean of all
+
+
+def test_a_depth_measured_once_or_long_ago_leans_towards_its_buckets_mean():
+    """One noisy step must not price a depth for good: priced too dear, it is never chosen, so never measured
+    again (a k = 0 step once priced at twice its cost kept a doomed request drafting for 38 steps)."""
+    model = StepCostModel(verify_coef=[10.0, 0.0, 0.0, 0.0], draft_coef=[0.0, 0.0, 0.0, 0.0, 0.0])
+    for _ in range(8):
+        model.record_step(4, 1, 10.0, 10.0)
+    model.record_step(4, 0, 10.0, 20.0)  # one slow step at depth 0
+    once = model.depth_factor(4, 1)[0]
+    assert 1.2 < once < 1.6  # between the bucket's mean and its own 2x
+    for _ in range(200):  # depth 0 not run again
+        model.record_step(4, 1, 10.0, 10.0)
+    assert model.depth_factor(4, 1)[0] < 1.1
 
 
 def test_one_stalled_step_moves_the_residual_a_bounded_step():
@@ -196,3 +213,11 @@ def test_one_stalled_step_moves_the_residual_a_bounded_step():
     unseen = model.depth_factor(64, 3)
     model.record_step(64, 3, 10.0, 500.0)  # the first use of a shape: beyond the outlier factor, not a price
     assert model.depth_factor(64, 3).tolist() == unseen.tolist()
+
+
+def test_a_bucket_long_unused_still_prices_its_depths():
+    model = StepCostModel(verify_coef=[10.0, 0.0, 0.0, 0.0], draft_coef=[0.0, 0.0, 0.0, 0.0, 0.0])
+    model.record_step(4, 1, 10.0, 20.0)
+    for _ in range(3000):  # only another bucket runs
+        model.record_step(64, 1, 10.0, 10.0)
+    assert model.depth_factor(4, 2)[1] == pytest.approx(2.0)
