@@ -19,8 +19,8 @@ The estimate is a Beta posterior per request and position, learnt both ways:
   server-wide rate by position and w = ``prior_weight`` / (1 + the request's observations there so far)
   pseudo-observations, so a new request starts from what the server sees and a long record speaks for itself
   (with w fixed, decayed counts of about 1 / ``request_rate`` observations held a request that never failed at
-  0.93 per position, and its deep drafts at half their worth). g is a running mean over finished requests of each one's own rate, not pooled tokens: pooled,
-  the requests that draft most set it (a run of sure requests had every new request probe at full depth, a run
+  0.93 per position, and its deep drafts at half their worth). g is a running mean over finished requests of
+  each one's own rate, not pooled tokens: pooled, the requests that draft most set it (a run of sure requests had every new request probe at full depth, a run
   of doomed ones at length 1 left g near 0 and no later request was ever tried). A finished request with no
   evidence at a position pulls g there back towards the initial ``prior``, so requests that were never tried
   cannot write speculation off for good;
@@ -28,7 +28,8 @@ The estimate is a Beta posterior per request and position, learnt both ways:
   (1 - mean) / (s + f + w + 1)), at the first position the request has less than one (decayed) observation of: a
   UCB bonus for one position past what it has tried lately. A request held short therefore looks better one
   position deeper as its old evidence fades, and is probed there when the goodput policy says it may pay; no fixed
-  exploration cadence is needed. Positions it tries every step get no bonus (one on every position compounds
+  exploration cadence is needed. The bonus grows with the log of the steps since the position was last observed
+  (UCB's log t), so a request that a pessimistic server-wide estimate holds short is still tried deeper. Positions it tries every step get no bonus (one on every position compounds
   along the chain into far too long drafts: measured on the mixed workload, 6.6 of 7 draft tokens on average).
 
 All updates are vectorised over the batch: one call per verify step, no Python loop per request.
@@ -57,6 +58,7 @@ class AcceptanceTracker:
         # [decayed successes, decayed failures, observations ever] x rows x positions
         self._counts = np.zeros((3, initial_capacity, max_len))
         self._backoff = np.zeros(initial_capacity, dtype=np.int64)  # failed probes in a row, per row
+        self._idle = np.zeros((initial_capacity, max_len))  # steps since each position was last observed
         self._free: list[int] = list(range(initial_capacity - 1, -1, -1))
         self._positions = np.arange(max_len)
 
@@ -75,10 +77,12 @@ class AcceptanceTracker:
                 old = self._counts.shape[1]
                 self._counts = np.concatenate([self._counts, np.zeros_like(self._counts)], axis=1)
                 self._backoff = np.concatenate([self._backoff, np.zeros_like(self._backoff)])
+                self._idle = np.concatenate([self._idle, np.zeros_like(self._idle)])
                 self._free.extend(range(2 * old - 1, old - 1, -1))
             row = self._free.pop()
             self._counts[:, row] = 0.0
             self._backoff[row] = 0
+            self._idle[row] = 0.0
             self._rows[rid] = row
         return row
 
@@ -95,15 +99,19 @@ class AcceptanceTracker:
         return mean, np.sqrt(mean * (1.0 - mean) / (n + 1.0))
 
     def accept_probs(self, rids: list[str]) -> np.ndarray:
-        """[B, max_len] estimates for decisions: the posterior mean, plus explore x sd at the first position the
-        request has less than one (decayed) observation of: optimism for one position past what it has tried
-        lately, never for what it has just seen (a bonus on every position compounds along the chain into far
-        too long drafts, and a probe several positions deep costs several draft forwards)."""
+        """[B, max_len] estimates for decisions: the posterior mean, plus explore x sd x sqrt(1 + ln(1 + idle))
+        at the first position the request has less than one (decayed) observation of, idle the steps since that
+        position was last observed: optimism for one position past what it has tried lately, never for what it has just seen (a
+        bonus on every position compounds along the chain into far too long drafts, and a probe several positions
+        deep costs several draft forwards), growing like UCB's with the time it has gone untried, so a request
+        that a pessimistic server-wide estimate holds at length 0 is still tried, after a number of steps that
+        grows with how dear a probe is."""
         rows = self.rows_for(rids)
         mean, sd = self.posterior(rids)
         seldom = self._counts[0, rows] + self._counts[1, rows] < 1.0
         probe = seldom & (np.cumsum(seldom, axis=1) == 1)  # the first such position: probe one deeper at a time
-        return np.clip(mean + np.where(probe, self.explore * sd, 0.0), 0.0, 1.0)
+        bonus = self.explore * sd * np.sqrt(1.0 + np.log1p(self._idle[rows]))
+        return np.clip(mean + np.where(probe, bonus, 0.0), 0.0, 1.0)
 
     def observe(self, rids: list[str], proposed: np.ndarray, accepted: np.ndarray) -> None:
         """Record one verify step: request i proposed ``proposed[i]`` drafts and ``accepted[i]`` were accepted."""
@@ -122,6 +130,7 @@ class AcceptanceTracker:
         self._counts[:, rows] = counts + np.stack([success, failure, observed])
         self._backoff[rows] = np.where(drafted, np.where(accepted > 0, 0, np.minimum(backoff + 1, MAX_BACKOFF)),
                                        backoff)
+        self._idle[rows] = np.where(observed, 0.0, self._idle[rows] + 1.0)
 
     def forget(self, rid: str) -> None:
         """Free a finished request's row; its own acceptance joins the server-wide prior first."""

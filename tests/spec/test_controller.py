@@ -52,6 +52,22 @@ def test_at_batch_one_a_sure_request_reaches_max_len_within_ten_steps():
     assert lengths[-1] == 8, lengths
 
 
+def test_a_sure_request_is_tried_even_when_the_server_expects_little():
+    """CPU-like batch-1 costs (a draft step costs about as much as the plain step) and a server-wide estimate of
+    0.3 after a run of doomed requests: myopic goodput never tries the request, the optimism that grows with the
+    steps it has gone untried does, and once tried it keeps drafting."""
+    cost = StepCostModel(verify_coef=[2.0, 0.0, 0.05, 0.0], draft_coef=[1.5, 1.0, 0.0, 2.0, 0.0])
+    controller = LengthController(FaserConfig(max_len=5), window=5, cost=cost)
+    controller.tracker = AcceptanceTracker(max_len=5, prior=0.3)
+    lengths = []
+    for _ in range(40):
+        decision = controller.decide(["sure"])
+        controller.observe(decision.lengths)  # every draft passes
+        lengths.append(int(decision.lengths[0]))
+    first = next(i for i, k in enumerate(lengths) if k > 0)
+    assert 0 < first <= 20 and min(lengths[first:]) > 0 and lengths[-1] == 5, lengths
+
+
 def test_at_batch_one_a_hopeless_request_stops_speculating():
     controller = LengthController(FaserConfig(max_len=8), window=8, cost=_cheap_drafts())
     lengths = []
