@@ -14,8 +14,9 @@ eagle_worker_v2.py:1416) and changes only how much work each does:
   single pass runs and every request gets the same length (a cut chain there would only lose tokens);
 * **commit**: SGLang samples, accepts and commits; the scheduler is told the new lengths; the draft-extend
   brings the draft's state up to date for the requests that drafted; a request with k_i = 0 is left out (a step
-  where every k_i = 0 runs no draft model at all): its rows wait in the draft backlog until it drafts again and
-  catches up in one pass;
+  where every k_i = 0 runs no draft model at all, and is the target's plain decode with SGLang's sampler where
+  nothing needs the verify path): its rows wait in the draft backlog until it drafts again and catches up in one
+  pass;
 * **record**: measured phase times feed the cost model and telemetry; acceptance arrives later, through
   ``observe`` (SGLang's ``on_verify_complete_cpu``), matched to this step by the controller's decision queue.
 
@@ -102,11 +103,15 @@ class FaserEngine:
         decision = self._decide(view)
         sgl.activate_depth(self.worker, len(view.rids))  # the depth tiers answer with decision.depth
 
-        # draft (with frontiers: finished frontiers verified between draft forwards)
-        verifier = self._verifier(view, decision, phases)
+        # draft (with frontiers: finished frontiers verified between draft forwards); a step where nobody drafts
+        # is the target's plain decode where SGLang allows it, else a one-row verify
+        plain = decision.depth == 0 and sgl.plain_decode_supported(self.worker, batch)
+        verifier = None if plain else self._verifier(view, decision, phases)
         draft_began = time.perf_counter()
         catch_up_ms = 0.0
-        if decision.depth == 0:
+        if plain:
+            verify_input, cut = None, DraftCut(DraftSchedule([]), 0)
+        elif decision.depth == 0:
             verify_input, cut = sgl.plain_decode_input(self.worker, batch), DraftCut(DraftSchedule([]), 0)
         else:
             catch_up_ms = self._catch_up(batch, view, decision.lengths)
@@ -119,13 +124,17 @@ class FaserEngine:
             phases += [("draft", a, b) for a, b in subtract(draft_began, time.perf_counter(), early)]
 
         # verify: chains cut at k_i; the target computes the planned rows only
-        sgl.cut_chains(verify_input, decision.lengths)
         verify_began = time.perf_counter()
-        if verifier is not None:
-            with sgl.target_verify_hook(self.worker, verifier.forward):
-                result = sgl.verify(self.worker, batch, verify_input, pp_proxy_tensors, grammar_barrier)
+        if plain:
+            result, roots, width = *sgl.plain_decode(self.worker, batch), 1
         else:
-            result = sgl.verify(self.worker, batch, verify_input, pp_proxy_tensors, grammar_barrier)
+            sgl.cut_chains(verify_input, decision.lengths)
+            if verifier is not None:
+                with sgl.target_verify_hook(self.worker, verifier.forward):
+                    result = sgl.verify(self.worker, batch, verify_input, pp_proxy_tensors, grammar_barrier)
+            else:
+                result = sgl.verify(self.worker, batch, verify_input, pp_proxy_tensors, grammar_barrier)
+            roots, width = verify_input.draft_token, verify_input.draft_token_num
         verify_ended = time.perf_counter()
         phases.append(("verify", verify_began, verify_ended))
 
@@ -135,12 +144,13 @@ class FaserEngine:
         sgl.publish(on_publish, result)
         skipped = [i for i, k in enumerate(decision.lengths) if k == 0]
         if skipped:  # their rows wait in the backlog
-            self.backlog.record(view.rids, skipped, *sgl.skipped_rows(self.worker, result, verify_input, skipped))
+            self.backlog.record(view.rids, skipped, *sgl.skipped_rows(self.worker, result, roots, width, skipped))
         else:
             self.backlog.record(view.rids, [], None, None)
         if decision.depth == 0:
             sgl.skip_draft_extend(self.worker, batch, result)
             self.controller.counters.skipped_extends += 1
+            self.controller.counters.plain_decodes += plain
         elif skipped:
             drafting = [i for i, k in enumerate(decision.lengths) if k > 0]
             sgl.draft_extend_members(self.worker, batch, result, verify_input, drafting)
@@ -152,7 +162,7 @@ class FaserEngine:
         sgl.set_cap_lens(result, decision.lengths)
 
         # record
-        self._record(decision, cut, verifier, phases, began, verify_began, verify_ended, ended, host_ms,
+        self._record(decision, cut, verifier, width, phases, began, verify_began, verify_ended, ended, host_ms,
                      context=int(view.context_lens.sum()), catch_up_ms=catch_up_ms)
         self._last = (ended, frozenset(view.rids), True)
         return result
@@ -222,8 +232,8 @@ class FaserEngine:
                               on_pass=on_pass)
 
     # -- record ----------------------------------------------------------------------------------------------
-    def _record(self, decision, cut: DraftCut, verifier, phases, began, verify_began, verify_ended, ended,
-                host_ms, context: int, catch_up_ms: float) -> None:
+    def _record(self, decision, cut: DraftCut, verifier, width: int, phases, began, verify_began, verify_ended,
+                ended, host_ms, context: int, catch_up_ms: float) -> None:
         controller, bs = self.controller, len(decision.lengths)
         if cut.path is not None:
             self.draft_path = cut.path
@@ -234,18 +244,17 @@ class FaserEngine:
             verify_ms = verifier.pass_seconds * 1e3
             if verifier.mismatches:
                 logger.error("FASER step: %d early-verified frontier(s) recomputed", verifier.mismatches)
-        else:
-            rows = (decision.depth if self.tiers is not None else self.window) + 1
-            controller.record_verification(bs * rows, 0, 0)
+        else:  # SGLang's single pass of ``width`` rows a request (or the plain decode's one)
+            controller.record_verification(bs * width, 0, 0)
             verify_ms = (verify_ended - verify_began) * 1e3
-            controller.record_phase(VERIFY, bs, bs * rows, verify_ms, context=context)
+            controller.record_phase(VERIFY, bs, bs * width, verify_ms, context=context)
         # the rest of the step, with the scheduler's host work since the last step, is the draft side's: a
         # per-step cost that longer drafts amortise (a catch-up is a one-off per resumption and stays out of it)
         total_ms = (ended - began) * 1e3
         draft_ms = max(total_ms - verify_ms - catch_up_ms, 0.0) + host_ms
         drafting = int(np.count_nonzero(decision.lengths))
         controller.record_phase(DRAFT, bs, decision.depth, draft_ms, rows=cut.rows, drafting=drafting)
-        verify_rows = verifier.stats.planned_rows if verifier is not None else bs * rows
+        verify_rows = verifier.stats.planned_rows if verifier is not None else bs * width
         controller.record_step(bs, verify_rows, decision.depth, cut.rows, drafting, context, verify_ms + draft_ms)
         if self.trace is not None:
             self.trace.write(decision, controller, verify_ms=verify_ms, draft_ms=draft_ms, catch_up_ms=catch_up_ms,

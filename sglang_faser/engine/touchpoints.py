@@ -18,6 +18,7 @@ re-check each entry here, then re-scan the wheel for new ``from sgl_kernel impor
 | ``sglang.srt.model_executor.cuda_graph_config.check_cuda_graph_backend`` | depth tiers on CPU need decode graphs off (a target graph runner cannot be built there) |
 | ``sglang.srt.speculative.adaptive_runtime_state.AdaptiveController`` (:69) | builds one runtime state per draft depth at start-up and switches them per step |
 | ``BaseSpecWorker.on_verify_complete_cpu`` / ``note_request_finished`` (base_spec_worker.py:379-395) | acceptance feedback, request end |
+| ``TpModelWorker.forward_batch_generation(batch, capture_hidden_mode=...)`` on a ``ForwardMode.DECODE`` copy of the ``ScheduleBatch`` (tp_worker.py:622; ``req_to_token_pool``, ``seq_lens`` / ``seq_lens_cpu`` / ``orig_seq_lens``, ``EagleDraftInput.bonus_tokens``), ``GenerationBatchResult`` (managers/utils.py:56), ``ModelRunner.decode_cuda_graph_runner`` / ``watermark_state``, ``SamplingBatchInfo.penalizer_orchestrator`` / ``logit_bias`` / ``has_custom_logit_processor``, ``ScheduleBatch.has_grammar`` / ``return_logprob`` / ``hisparse_coordinator`` / ``mamba_track_indices`` | a step where nobody drafts runs as the target's plain decode (``plain_decode``) where none of the features SGLang's verify handles is in play and the target runs eagerly |
 | ``EagleVerifyInput.retrieve_next_token`` (eagle_info.py:17) | cut a request's draft chain after k_i drafts |
 | ``GenerationBatchResult.cap_lens`` (managers/utils.py:105) | per-request lengths into SGLang's metrics and ``meta_info`` |
 | ``TpModelWorker.forward_batch_generation(forward_batch=..., is_verify=True)`` (tp_worker.py:622), called once by ``run_eagle_verify`` (eagle_worker_common.py:654) | replaced for that one call by FASER's ragged passes (``engine/verify.py``): one TARGET_VERIFY ``ForwardBatch`` copy per frontier with the live requests, ``seq_lens`` advanced by the frontier's row offset and a ``RaggedVerifyLayout`` (``speculative/ragged_verify.py:46``) of each request's rows |
@@ -347,6 +348,58 @@ def plain_decode_input(worker, batch):
     return worker._build_trivial_verify_input(batch)
 
 
+def plain_decode_supported(worker, batch) -> bool:
+    """Whether a step where nobody drafts can run as the target's plain decode (``plain_decode``): an eager target
+    (a captured TARGET_VERIFY graph already makes the one-row verify a plain decode), a single-node chain, and none
+    of the features SGLang's verify handles itself (grammar, logprobs, penalties, logit bias, custom logit
+    processors, hierarchical sparse KV, mamba state, watermarks)."""
+    runner = worker.target_worker.model_runner
+    info = batch.sampling_info
+    penalties = getattr(info, "penalizer_orchestrator", None)
+    return (runner.decode_cuda_graph_runner is None and worker.topk == 1 and not batch.forward_mode.is_idle()
+            and not batch.has_grammar and not batch.return_logprob and info is not None
+            and (penalties is None or not penalties.is_required) and info.logit_bias is None
+            and not info.has_custom_logit_processor and batch.hisparse_coordinator is None
+            and batch.mamba_track_indices is None and runner.watermark_state is None)
+
+
+def plain_decode(worker, batch):
+    """A step where nobody drafts, as the target's plain decode (``TpModelWorker.forward_batch_generation`` on a
+    DECODE copy of the batch: KV slot ``req_to_token[req, seq_len]``, the last verified token as input, SGLang's
+    sampler) instead of a one-row TARGET_VERIFY with its verify bookkeeping. Returns (result, tokens): a result
+    shaped like the one-node verify's (``_build_trivial_verify_input``: one accepted row per request, the sampled
+    token as the next bonus token) and the token each request decoded from (its row for the draft backlog)."""
+    import torch
+    from sglang.srt.managers.utils import GenerationBatchResult
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.speculative.eagle_info import EagleDraftInput
+
+    bs, tokens = len(batch.reqs), batch.spec_info.bonus_tokens
+    runner = worker.target_worker.model_runner
+    step = copy.copy(batch)
+    step.forward_mode, step.spec_info, step.input_ids = ForwardMode.DECODE, None, tokens
+    step.out_cache_loc = batch.req_to_token_pool.req_to_token[batch.req_pool_indices, batch.seq_lens].to(torch.int64)
+    step.seq_lens = batch.seq_lens + 1
+    step.seq_lens_cpu = None if batch.seq_lens_cpu is None else batch.seq_lens_cpu + 1
+    step.orig_seq_lens = None if batch.orig_seq_lens is None else batch.orig_seq_lens + 1
+    step.seq_lens_sum = None
+    capture = capture_null() if runner.spec_algorithm.is_standalone() else capture_full()
+    out = worker.target_worker.forward_batch_generation(step, capture_hidden_mode=capture)
+    predict = out.next_token_ids.to(torch.int32)
+    result = GenerationBatchResult(
+        logits_output=out.logits_output,
+        next_token_ids=predict,
+        can_run_cuda_graph=out.can_run_cuda_graph,
+        speculative_num_draft_tokens=1,
+        next_draft_input=EagleDraftInput(bonus_tokens=predict),
+        accept_lens=torch.ones(bs, dtype=torch.int32, device=predict.device),
+        accept_index=torch.arange(bs, dtype=torch.int64, device=predict.device).unsqueeze(1),
+        new_seq_lens=step.seq_lens,
+    )
+    batch.input_ids, batch.out_cache_loc = tokens, step.out_cache_loc  # what the one-row verify leaves there
+    return result, tokens
+
+
 def verify(worker, batch, verify_input, pp_proxy_tensors, grammar_barrier):
     """SGLang's verify (``EAGLEWorkerV2.verify`` -> ``run_eagle_verify``): sample, accept, commit."""
     batch.spec_info = verify_input
@@ -398,17 +451,17 @@ def draft_extend_members(worker, batch, result, verify_input, members: list[int]
     _scatter_draft_state(result.next_draft_input, part.next_draft_input, index)
 
 
-def skipped_rows(worker, result, verify_input, skipped: list[int]):
+def skipped_rows(worker, result, roots, width: int, skipped: list[int]):
     """The rows the draft-extend would have consumed for the requests at batch rows ``skipped``: the token each
-    verified (its window's root) and, for EAGLE, the target's feature there (cloned: under graph replay it lives
-    in a graph buffer)."""
+    verified (its window's root; ``roots`` holds ``width`` tokens a request) and, for EAGLE, the target's feature
+    there (cloned: under graph replay it lives in a graph buffer)."""
     import torch
 
-    root = torch.tensor(skipped, dtype=torch.long, device=verify_input.draft_token.device) * verify_input.draft_token_num
+    root = torch.tensor(skipped, dtype=torch.long, device=roots.device) * width
     features = None
     if not worker.speculative_algorithm.is_standalone():
         features = result.logits_output.hidden_states[root].clone()
-    return verify_input.draft_token[root].clone(), features
+    return roots[root].clone(), features
 
 
 def _sub_batch(batch, members: list[int], index):

@@ -61,6 +61,7 @@ class LengthCounters:
     accepted: int = 0  # draft tokens accepted
     committed: int = 0  # tokens committed (accepted + one bonus/correction per request-step)
     skipped_extends: int = 0  # steps without drafts whose draft-extend was skipped (the draft caught up later)
+    plain_decodes: int = 0  # of those, steps run as the target's plain decode (no verify bookkeeping)
     extend_skipped_requests: int = 0  # requests with k_i = 0 left out of a draft-extend that others ran
     catch_up_rows: int = 0  # draft rows computed to catch up after either
     unobserved: int = 0  # decided steps dropped unobserved because MAX_PENDING_STEPS were already waiting

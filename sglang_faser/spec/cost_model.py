@@ -138,6 +138,35 @@ def _fit_nonnegative(x: np.ndarray, y: np.ndarray, fallback: np.ndarray, penalis
     return coef
 
 
+class _Samples:
+    """Measured samples of one phase (features, ms, batch size) in preallocated arrays; ``limit``: the newest
+    ``limit`` are kept (a ring; None: all). A refit reads them as arrays without rebuilding them every time."""
+
+    def __init__(self, width: int, limit: int | None = None, capacity: int = 64):
+        self.limit = limit
+        size = limit if limit is not None else capacity
+        self._x, self._y, self._b = np.zeros((size, width)), np.zeros(size), np.zeros(size, dtype=np.int64)
+        self._n = self._next = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def add(self, x: np.ndarray, ms: float, batch: int) -> None:
+        if self._next == len(self._y):
+            if self.limit is not None:
+                self._next = 0
+            else:  # grow (the profile prior: a few dozen samples)
+                self._x, self._y, self._b = (np.concatenate([a, np.zeros_like(a)]) for a in (self._x, self._y, self._b))
+        self._x[self._next], self._y[self._next], self._b[self._next] = x, ms, batch
+        self._next += 1
+        self._n = min(self._n + 1, len(self._y))
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(x [n, F], ms [n], batch [n]), in no particular order."""
+        n = self._n
+        return self._x[:n], self._y[:n], self._b[:n]
+
+
 @dataclass
 class StepCostModel:
     """Linear step costs in milliseconds; see the module docstring for the terms."""
@@ -153,8 +182,9 @@ class StepCostModel:
     def __post_init__(self) -> None:
         self.verify_coef = np.asarray(self.verify_coef, dtype=float)
         self.draft_coef = np.asarray(self.draft_coef, dtype=float)
-        self._prior: dict[str, list[tuple[np.ndarray, float, int]]] = {VERIFY: [], DRAFT: []}  # features, ms, B
-        self._online: dict[str, deque] = {VERIFY: deque(maxlen=self.window), DRAFT: deque(maxlen=self.window)}
+        widths = {VERIFY: len(self.verify_coef), DRAFT: len(self.draft_coef)}
+        self._prior = {phase: _Samples(w) for phase, w in widths.items()}  # the start-up profile
+        self._online = {phase: _Samples(w, limit=self.window) for phase, w in widths.items()}  # the latest steps
         self._local: dict[str, dict[int, np.ndarray]] = {VERIFY: {}, DRAFT: {}}  # batch bucket -> coefficients
         self._kept_samples: dict[str, tuple | None] = {VERIFY: None, DRAFT: None}  # (x, y, bucket) of the last refit
         self._since_refit = 0
@@ -282,12 +312,12 @@ class StepCostModel:
         """A start-up measurement: ``size`` is verified tokens (verify, over ``context`` tokens of context) or
         draft steps (draft, with the draft ``rows`` computed, default every request at every step, and the
         ``drafting`` requests, default all)."""
-        self._prior[phase].append((self._features(phase, batch, size, rows, drafting, context), float(ms), batch))
+        self._prior[phase].add(self._features(phase, batch, size, rows, drafting, context), float(ms), batch)
 
     def record(self, phase: str, batch: int, size: int, ms: float, rows: int | None = None,
                drafting: int | None = None, context: int = 0) -> None:
         """An online measurement of a real step; the model is refitted every ``refit_every`` steps."""
-        self._online[phase].append((self._features(phase, batch, size, rows, drafting, context), float(ms), batch))
+        self._online[phase].add(self._features(phase, batch, size, rows, drafting, context), float(ms), batch)
         if phase == DRAFT:  # one per step (a step verified in frontiers records several verify passes)
             self._since_refit += 1
             if self._since_refit >= self.refit_every:
@@ -317,15 +347,13 @@ class StepCostModel:
         batches like its own, and by the global fit where there are none."""
         self._since_refit = 0
         for phase in (VERIFY, DRAFT):
-            samples = self._prior[phase] + list(self._online[phase])
-            if not samples:
+            if not len(self._prior[phase]) + len(self._online[phase]):
                 continue
-            x = np.stack([s[0] for s in samples])
-            y = np.array([s[1] for s in samples])
-            bucket = batch_bucket([s[2] for s in samples])
+            x, y, batch = (np.concatenate(pair) for pair in zip(self._prior[phase].arrays(),
+                                                                 self._online[phase].arrays()))
             current = self.verify_coef if phase == VERIFY else self.draft_coef
-            keep = _kept(x, y, np.array([s[2] for s in samples]), current)
-            x, y, bucket = x[keep], y[keep], bucket[keep]
+            keep = _kept(x, y, batch, current)
+            x, y, bucket = x[keep], y[keep], batch_bucket(batch[keep])
             fitted = _fit_nonnegative(x, y, current, PER_REQUEST[phase])
             if phase == VERIFY:
                 self.verify_coef = fitted
@@ -347,10 +375,8 @@ class StepCostModel:
     def mean_abs_pct_error(self, phase: str) -> float | None:
         """MAPE of the fits that price steps (by batch-size bucket) over the online window (the paper reports its
         profiler's MAPE)."""
-        samples = list(self._online[phase])
-        if not samples:
+        if not len(self._online[phase]):
             return None
-        x = np.stack([s[0] for s in samples])
-        y = np.array([s[1] for s in samples])
-        coef = self.coefs(phase, np.array([s[2] for s in samples]))
+        x, y, batch = self._online[phase].arrays()
+        coef = self.coefs(phase, batch)
         return float(np.mean(np.abs((x * coef).sum(axis=-1) - y) / np.maximum(y, 1e-9)))

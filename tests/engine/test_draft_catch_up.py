@@ -110,3 +110,5 @@ def test_switching_into_and_out_of_speculation_keeps_greedy_output_and_catches_t
         assert meta["spec_num_correct_drafts"] == proposed, meta
     skipped = "extend_skipped_requests" if neighbour else "skipped_extends"
     assert counters[skipped] > 0 and counters["catch_up_rows"] > 0, counters
+    if not neighbour:  # a step where nobody drafts is the target's plain decode on CPU
+        assert counters["plain_decodes"] == counters["skipped_extends"], counters

@@ -147,29 +147,22 @@ def test_sampled_output_keeps_the_target_distribution_with_frontiers(tiny_suite,
     assert sum(out["meta_info"]["spec_num_correct_drafts"] for out in outs) > 0  # drafts were accepted too
 
 
-def test_sampled_output_keeps_the_full_next_token_distribution_with_ragged_passes(tiny_suite, tokenizer,
-                                                                                    engine_pool):
-    """Chi-square over the whole next-token distribution, on the tiny target (attention on: a KV error from a
-    ragged or offset pass changes the distribution).
+def _chi_square_of_sampled_output(tiny_suite, tokenizer, engine, bins: int = 8) -> tuple[float, list, list]:
+    """Chi-square over the whole next-token distribution of ``engine``'s sampled output on the tiny target.
 
     For every emitted token, HF gives the target's exact distribution p given the real prefix. The vocabulary is
-    cut into ``BINS`` groups by p (sorted, about equal mass each); under the null hypothesis the emitted token
+    cut into ``bins`` groups by p (sorted, about equal mass each); under the null hypothesis the emitted token
     falls into group b with probability mass_b, so the counts per group follow a multinomial whose expectation
-    is the summed masses: a test of the whole distribution, not of a mean. Lengths vary per request (adaptive,
-    min 1) and frontiers of 1 make passes start past row 0.
+    is the summed masses: a test of the whole distribution, not of a mean (attention on: a KV error changes it).
     """
     import numpy as np
     import torch
     from transformers import AutoModelForCausalLM
 
-    bins, temperature, max_new = 8, 1.0, 32
-    config = FaserConfig(min_len=1, frontier_size=1)
-    engine = engine_pool.get("frontier-sampled-EAGLE-f1", faser=config, **_pair(tiny_suite, "EAGLE"))
+    temperature, max_new = 1.0, 32
     prompts = [tokenizer(p).input_ids for p in PROMPTS] * 3
     params = {"temperature": temperature, "max_new_tokens": max_new, "ignore_eos": True}
-    before = _faser_counters(engine)
     outs = engine.generate(input_ids=prompts, sampling_params=params)
-    after = _faser_counters(engine)
 
     model = AutoModelForCausalLM.from_pretrained(tiny_suite.target, dtype=torch.float32).eval()
     observed, expected = np.zeros(bins), np.zeros(bins)
@@ -186,6 +179,28 @@ def test_sampled_output_keeps_the_full_next_token_distribution_with_ragged_passe
             expected += np.bincount(groups, weights=p, minlength=bins)
             observed[groups[token]] += 1
     chi2 = float(((observed - expected) ** 2 / expected).sum())
-    assert chi2 < 26.0, (chi2, observed.tolist(), expected.round(1).tolist())  # 7 dof: p < 0.0005 by chance
+    return chi2, observed.tolist(), expected.round(1).tolist(), outs
+
+
+def test_sampled_output_keeps_the_full_next_token_distribution_with_ragged_passes(tiny_suite, tokenizer,
+                                                                                    engine_pool):
+    """Lengths vary per request (adaptive, min 1) and frontiers of 1 make passes start past row 0."""
+    config = FaserConfig(min_len=1, frontier_size=1)
+    engine = engine_pool.get("frontier-sampled-EAGLE-f1", faser=config, **_pair(tiny_suite, "EAGLE"))
+    before = _faser_counters(engine)
+    chi2, observed, expected, outs = _chi_square_of_sampled_output(tiny_suite, tokenizer, engine)
+    after = _faser_counters(engine)
+    assert chi2 < 26.0, (chi2, observed, expected)  # 7 dof: p < 0.0005 by chance
     assert sum(out["meta_info"]["spec_num_correct_drafts"] for out in outs) > 0  # drafts were accepted too
     assert after["offset_passes"] > before["offset_passes"]
+
+
+def test_sampled_output_keeps_the_full_next_token_distribution_when_nobody_drafts(tiny_suite, tokenizer,
+                                                                                   engine_pool):
+    """Every step without drafts runs as the target's plain decode with SGLang's sampler."""
+    engine = engine_pool.get("sampled-EAGLE-off", faser=FaserConfig(mode="off"), **_pair(tiny_suite, "EAGLE"))
+    before = _faser_counters(engine)
+    chi2, observed, expected, _ = _chi_square_of_sampled_output(tiny_suite, tokenizer, engine)
+    after = _faser_counters(engine)
+    assert chi2 < 26.0, (chi2, observed, expected)  # 7 dof: p < 0.0005 by chance
+    assert after["plain_decodes"] > before["plain_decodes"] and after["proposed"] == before["proposed"]
