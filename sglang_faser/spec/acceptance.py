@@ -15,9 +15,13 @@ The estimate is a Beta posterior per request and position, learnt both ways:
   a few steps; one whose probes keep failing waits twice as long each time, so hopeless requests cost O(log T)
   probes instead of one every few steps (at batch 1 a probe, often at full depth because the positions behind
   the first look like the server's, costs several plain steps);
-* **prior from the server, one request one vote**: the posterior mean is (s + w g) / (s + f + w), g the
-  server-wide rate by position and w = ``prior_weight`` / (1 + the request's observations there so far)
-  pseudo-observations, so a new request starts from what the server sees and a long record speaks for itself
+* **prior from the server and the request's other positions, one request one vote**: the posterior mean is
+  (s + w c) / (s + f + w), w = ``prior_weight`` / (1 + the request's observations there so far)
+  pseudo-observations and c the request's own rate over all its positions, shrunk towards g, the server-wide
+  rate by position, with ``prior_weight`` pseudo-observations (a request that passes every draft it tries likely
+  passes deeper ones too, one that fails its first draft likely fails the later ones: the conditional rates of
+  one request's positions go together). A new request starts from what the server sees and a long record
+  speaks for itself
   (with w fixed, decayed counts of about 1 / ``request_rate`` observations held a request that never failed at
   0.93 per position, and its deep drafts at half their worth). g is a running mean over finished requests of
   each one's own rate, not pooled tokens: pooled, the requests that draft most set it (a run of sure requests had every new request probe at full depth, a run
@@ -26,7 +30,11 @@ The estimate is a Beta posterior per request and position, learnt both ways:
   cannot write speculation off for good;
 * **optimism where evidence is thin**: decisions use the posterior mean, plus ``explore`` x sd, sd = sqrt(mean
   (1 - mean) / (s + f + w + 1)), at the first position the request has less than one (decayed) observation of: a
-  UCB bonus for one position past what it has tried lately. A request held short therefore looks better one
+  UCB bonus for one position past what it has tried lately; a request with no recent evidence even at its first
+  position (new, or parked) gets it along its whole chain, since where a draft forward costs about a plain step
+  one draft seldom pays alone and only a deeper probe can (on the tiny CPU pair a sure request otherwise never
+  drafted). A request whose last probes failed at the first draft (in back-off) is probed one draft deep
+  whatever its optimism says (``probe_limits``): one draft tells as much as five and costs a fifth. A request held short therefore looks better one
   position deeper as its old evidence fades, and is probed there when the goodput policy says it may pay; no fixed
   exploration cadence is needed. The bonus grows with the log of the steps since the position was last observed
   (UCB's log t), so a request that a pessimistic server-wide estimate holds short is still tried deeper. Positions it tries every step get no bonus (one on every position compounds
@@ -93,9 +101,14 @@ class AcceptanceTracker:
         """(mean, standard deviation) [B, max_len] of each request's conditional acceptance by position."""
         rows = self.rows_for(rids)  # may grow the table: index it afterwards
         succ, fail, seen = self._counts[:, rows]
-        weight = self.prior_weight / (1.0 + seen)  # the server's say fades as the request's own record grows
+        # the prior at each position: the request's own rate over all its positions, shrunk towards the server's
+        # rate there (a request that passes every draft it tries likely passes deeper ones too)
+        own_s, own_f = succ.sum(axis=1, keepdims=True), fail.sum(axis=1, keepdims=True)
+        centre = (self.prior_weight * self.global_accept_by_position[None, :] + own_s) / (
+            self.prior_weight + own_s + own_f)
+        weight = self.prior_weight / (1.0 + seen)  # the prior's say fades as the request's own record grows
         n = succ + fail + weight
-        mean = (succ + weight * self.global_accept_by_position[None, :]) / n
+        mean = (succ + weight * centre) / n
         return mean, np.sqrt(mean * (1.0 - mean) / (n + 1.0))
 
     def accept_probs(self, rids: list[str]) -> np.ndarray:
@@ -109,9 +122,21 @@ class AcceptanceTracker:
         rows = self.rows_for(rids)
         mean, sd = self.posterior(rids)
         seldom = self._counts[0, rows] + self._counts[1, rows] < 1.0
-        probe = seldom & (np.cumsum(seldom, axis=1) == 1)  # the first such position: probe one deeper at a time
+        # the first such position: probe one deeper at a time; a request without recent evidence even at the
+        # first position (new, or parked) is uncertain all along its chain, and one draft seldom pays alone
+        probe = seldom & ((np.cumsum(seldom, axis=1) == 1) | seldom[:, :1])
         bonus = self.explore * sd * np.sqrt(1.0 + np.log1p(self._idle[rows]))
         return np.clip(mean + np.where(probe, bonus, 0.0), 0.0, 1.0)
+
+    def probe_limits(self, rids: list[str]) -> np.ndarray:
+        """[B] the longest length worth running for information: a request whose last probes failed at its first
+        draft (in back-off) is probed one position deeper than its recent evidence, however far the optimism
+        along its chain would draft it (a full-depth probe of a doomed request costs several plain steps at
+        batch 1, one draft tells as much); others up to ``max_len``."""
+        rows = self.rows_for(rids)
+        seldom = self._counts[0, rows] + self._counts[1, rows] < 1.0
+        first = np.where(seldom.any(axis=1), seldom.argmax(axis=1) + 1, self.max_len)
+        return np.where(self._backoff[rows] > 0, first, self.max_len)
 
     def observe(self, rids: list[str], proposed: np.ndarray, accepted: np.ndarray) -> None:
         """Record one verify step: request i proposed ``proposed[i]`` drafts and ``accepted[i]`` were accepted."""

@@ -31,7 +31,7 @@ import numpy as np
 from sglang_faser.spec.acceptance import AcceptanceTracker
 from sglang_faser.spec.config import FaserConfig, Mode
 from sglang_faser.spec.cost_model import DRAFT, VERIFY, StepCostModel
-from sglang_faser.spec.policy import make_policy
+from sglang_faser.spec.policy import StepPlan, evaluate, make_policy
 
 MAX_PENDING_STEPS = 4  # decided steps awaiting their verify result; the overlap scheduler needs 2
 RESUME_HORIZON = 8  # steps of drafting a request's catch-up is spread over (it pays for those, not one)
@@ -145,6 +145,13 @@ class LengthController:
         resume = None if backlog is None else self.cost.catch_up_ms(backlog) / RESUME_HORIZON
         plan = self.policy.plan(probs, limit, mins, self.cost, uniform=uniform, weights=weights, context=context,
                                 resume_ms=resume)
+        if self.config.mode is Mode.ADAPTIVE:  # probes of requests in back-off stop one position deep
+            limits = self.tracker.probe_limits(rids)
+            if uniform:
+                limits[:] = limits.max()
+            if (plan.lengths > limits).any():
+                lengths = np.maximum(np.minimum(plan.lengths, limits), mins)
+                plan = StepPlan(lengths, *evaluate(probs, lengths, self.cost, uniform, context, resume))
         lengths = plan.lengths
         c = self.counters
         calibration = self.calibrating and not padded and self.config.mode is Mode.ADAPTIVE

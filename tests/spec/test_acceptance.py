@@ -46,8 +46,24 @@ def test_accepted_run_and_first_rejection_are_observed_later_positions_are_not()
     mean, sd = tracker.posterior(["a"])
     g = tracker.global_accept_by_position
     assert mean[0, 0] > g[0] and mean[0, 1] < g[1]
-    assert mean[0, 2] == g[2] and mean[0, 3] == g[3]  # never observed: the server-wide estimate
+    assert mean[0, 2] == g[2] and mean[0, 3] == g[3]  # never observed: its own rate (1 of 2 = the server's)
     assert sd[0, 0] < sd[0, 2]  # and less certain than an observed position
+
+
+def test_positions_a_request_never_tried_lean_towards_its_own_rate():
+    tracker = AcceptanceTracker(max_len=4, prior=0.6, explore=0.0)
+    for _ in range(3):
+        tracker.observe(["sure", "doomed"], proposed=np.array([1, 1]), accepted=np.array([1, 0]))
+    (sure, doomed), _ = tracker.posterior(["sure", "doomed"])
+    assert sure[2] > 0.85 and doomed[2] < 0.25  # position 3 never tried by either; the server says 0.6
+
+
+def test_a_request_in_back_off_is_probed_one_draft_deep():
+    tracker = AcceptanceTracker(max_len=5, prior=0.6)
+    assert tracker.probe_limits(["new"]).tolist() == [5]
+    tracker.observe(["new", "ok"], proposed=np.array([5, 5]), accepted=np.array([0, 5]))  # its first draft failed
+    tracker.observe(["new", "ok"], proposed=np.array([0, 0]), accepted=np.array([0, 0]))  # parked: evidence fades
+    assert tracker.probe_limits(["new", "ok"]).tolist() == [1, 5]
 
 
 def test_always_accepted_and_always_rejected_requests_diverge():
@@ -92,8 +108,8 @@ def test_a_failing_request_drops_within_a_few_steps():
 
 def test_seldom_tried_positions_look_better_than_their_mean():
     tracker = AcceptanceTracker(max_len=4, prior=0.6, explore=1.0)
-    for _ in range(20):
-        tracker.observe(["x"], proposed=np.array([1]), accepted=np.array([1]))  # held at one draft, always passes
+    for i in range(20):  # held at one draft, which passes every other step
+        tracker.observe(["x"], proposed=np.array([1]), accepted=np.array([i % 2]))
     optimistic, (mean, _) = tracker.accept_probs(["x"])[0], tracker.posterior(["x"])
     assert optimistic[1] > mean[0, 1] + 0.1  # position 2 never tried: a bonus that invites a probe
     assert optimistic[0] - mean[0, 0] < optimistic[1] - mean[0, 1]

@@ -68,6 +68,28 @@ def test_a_sure_request_is_tried_even_when_the_server_expects_little():
     assert 0 < first <= 20 and min(lengths[first:]) > 0 and lengths[-1] == 5, lengths
 
 
+def test_at_batch_one_on_cpu_a_new_request_is_probed_deep_and_a_failing_one_one_draft_deep():
+    """The tiny cycle pair's measured costs (a draft forward costs about a plain step; one draft does not pay
+    even when it passes, five do): after a sure and a doomed request finished, a new sure request drafts the
+    window from its first step on, a new doomed one is tried at full depth once and later only one draft deep."""
+    cost = StepCostModel(verify_coef=[1.86, 0.0, 0.068, 0.0], draft_coef=[1.27, 1.59, 0.0, 1.93, 0.0])
+    controller = LengthController(FaserConfig(max_len=5), window=5, cost=cost, calibration_sweeps=0)
+
+    def run(rid: str, sure: bool) -> list[int]:
+        lengths = []
+        for _ in range(64):
+            k = int(controller.decide([rid]).lengths[0])
+            controller.observe([k if sure else 0])
+            lengths.append(k)
+        controller.forget(rid)
+        return lengths
+
+    run("warm-sure", True), run("warm-doomed", False)
+    assert run("sure", True) == [5] * 64
+    doomed = run("doomed", False)
+    assert doomed[0] == 5 and max(doomed[1:]) <= 1 and sum(doomed) <= 10, doomed
+
+
 def test_at_batch_one_a_hopeless_request_stops_speculating():
     controller = LengthController(FaserConfig(max_len=8), window=8, cost=_cheap_drafts())
     lengths = []
