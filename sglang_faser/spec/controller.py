@@ -35,6 +35,8 @@ from sglang_faser.spec.policy import StepPlan, evaluate, make_policy
 
 MAX_PENDING_STEPS = 4  # decided steps awaiting their verify result; the overlap scheduler needs 2
 RESUME_HORIZON = 8  # steps of drafting a request's catch-up is spread over (it pays for those, not one)
+PARKED_RECHECK = 4  # a batch parked at length 0 is decided again every this many steps (its estimates move by a
+# step's decay in between, and a decision costs about a tenth of a small batch's step on CPU)
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,7 @@ class LengthController:
         self.cost = cost or StepCostModel()
         self.counters = LengthCounters()
         self._pending: deque[tuple[list[str], np.ndarray]] = deque()  # decided steps, oldest first
+        self._parked: tuple[tuple, StepDecision, int] | None = None  # (the step's inputs, its decision, steps left)
         self.calibration_steps = calibration_sweeps * (window + 1)
         self.apply_config(config)
 
@@ -115,6 +118,7 @@ class LengthController:
         self.min_len = min(config.min_len, self.max_len)
         fixed = config.fixed_len if config.fixed_len is not None else self.max_len
         self.policy = make_policy(config.mode.value, fixed, config.uniform_margin)
+        self._parked = None
 
     def decide(self, rids: list[str], caps: np.ndarray | None = None, padded: bool = False,
                floors: np.ndarray | None = None, uniform: bool = False,
@@ -129,7 +133,16 @@ class LengthController:
         ``padded``: the worker verifies the full window whatever the lengths (no depth tiers available).
         ``uniform``: the verify backend gives every request the same rows, so the policy gives every request the
         same length (up to the per-request caps and floors).
+        A batch the policy parked at length 0 keeps that decision for ``PARKED_RECHECK`` - 1 more steps while it
+        is the same batch (a new request or a new policy decides at once).
         """
+        shape = (list(rids), padded, uniform, *(None if a is None else np.asarray(a).tobytes()
+                                                 for a in (caps, floors, critical)))
+        parked = self._parked
+        if parked is not None and parked[2] > 0 and parked[0] == shape:  # the same batch, still parked
+            self._parked = (shape, parked[1], parked[2] - 1)
+            self._enqueue(rids, parked[1].lengths)
+            return parked[1]
         batch = len(rids)
         limit = np.full(batch, self.max_len, dtype=np.int64)
         if caps is not None:
@@ -160,15 +173,23 @@ class LengthController:
             # cost model's prior holds real draft and draft-extend times of this machine at each depth
             lengths = np.clip(np.full(batch, c.steps % (self.max_len + 1), dtype=np.int64), mins, limit)
         depth = self.window if padded else int(lengths.max(initial=0))
+        self._enqueue(rids, lengths)
+        decision = StepDecision(lengths, depth, calibration, plan.expected_tokens, plan.expected_ms)
+        parks = not calibration and not lengths.any()
+        self._parked = (shape, decision, PARKED_RECHECK - 1) if parks else None
+        return decision
+
+    def _enqueue(self, rids: list[str], lengths: np.ndarray) -> None:
+        """A decided step: queued for its acceptance (``observe``) and counted."""
+        c = self.counters
         if len(self._pending) == MAX_PENDING_STEPS:  # an observe went missing: forget it rather than grow
             self._pending.popleft()
             c.unobserved += 1
         self._pending.append((list(rids), lengths))
         c.steps += 1
-        c.requests += batch
+        c.requests += len(rids)
         c.proposed += int(lengths.sum())
         c.add_lengths(lengths)
-        return StepDecision(lengths, depth, calibration, plan.expected_tokens, plan.expected_ms)
 
     def replace_last(self, decision: StepDecision, lengths: np.ndarray, depth: int) -> StepDecision:
         """The source rank's lengths for the step just decided: with tensor parallelism every rank runs rank 0's

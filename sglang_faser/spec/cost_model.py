@@ -113,6 +113,11 @@ def batch_bucket(batch) -> np.ndarray:
     return np.floor(np.log2(np.maximum(np.asarray(batch, dtype=float), 1.0))).astype(np.int64)
 
 
+def _bucket_of(batch: int) -> int:
+    """``batch_bucket`` of one batch size, in plain Python (every step asks several times)."""
+    return max(int(batch), 1).bit_length() - 1
+
+
 def _fit_nonnegative(x: np.ndarray, y: np.ndarray, fallback: np.ndarray, penalised: np.ndarray,
                      weight: np.ndarray | None = None) -> np.ndarray:
     """Least squares with non-negative coefficients (a cost never falls as work grows), the ``penalised`` terms
@@ -201,7 +206,7 @@ class StepCostModel:
             return fitted
         batch = np.asarray(batch)
         if batch.ndim == 0:
-            return self._local_fit(phase, int(batch_bucket(batch)))
+            return self._local_fit(phase, _bucket_of(batch))
         rows = [self._local_fit(phase, int(b)) for b in batch_bucket(batch).ravel()]
         return np.stack(rows).reshape(batch.shape + fitted.shape)
 
@@ -266,7 +271,7 @@ class StepCostModel:
         step asks)."""
         if not self._residual:
             return np.ones(max_depth + 1)
-        seen = self._residual.get(int(batch_bucket(batch)))
+        seen = self._residual.get(_bucket_of(batch))
         if not seen:
             everywhere = [r for by_depth in self._residual.values() for r, _, _ in by_depth.values()]
             return np.full(max_depth + 1, math.exp(sum(everywhere) / len(everywhere)))
@@ -298,7 +303,7 @@ class StepCostModel:
         if modelled_ms <= 0 or ms <= 0 or ms > OUTLIER_FACTOR * modelled_ms:  # a stall (first use of a shape)
             return
         self._steps += 1
-        running = self._residual.setdefault(int(batch_bucket(batch)), {}).setdefault(depth, [0.0, 0, 0])
+        running = self._residual.setdefault(_bucket_of(batch), {}).setdefault(depth, [0.0, 0, 0])
         running[2] = self._steps
         r = float(np.log(ms / modelled_ms))
         if running[1] >= 2:  # a one-off stall (another process on the CPU, a first use) moves it a bounded step

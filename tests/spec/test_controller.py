@@ -200,3 +200,19 @@ def test_the_source_ranks_decision_replaces_this_ranks_own():
     assert c.proposed == 3 and c.length_histogram[:4] == [1, 0, 0, 1]
     controller.observe([2, 0])
     assert c.accepted == 2 and c.proposed_by_position[:3] == [1, 1, 1]  # credited against [3, 0]
+
+
+def test_a_parked_batch_is_decided_again_every_few_steps_and_a_new_request_at_once():
+    from sglang_faser.spec.controller import PARKED_RECHECK
+
+    controller = LengthController(FaserConfig(mode="off"), window=3)
+    plans = []
+    plan = controller.policy.plan
+    controller.policy.plan = lambda *args, **kwargs: plans.append(1) or plan(*args, **kwargs)
+    for _ in range(2 * PARKED_RECHECK):
+        assert controller.decide(["a"]).lengths.tolist() == [0]
+        controller.observe([0])
+    assert len(plans) == 2 and controller.counters.steps == 2 * PARKED_RECHECK
+    controller.decide(["a", "b"])  # a new request joined
+    controller.decide(["a", "b"], floors=np.array([0, 1]))  # or the same requests ask for something else
+    assert len(plans) == 4
