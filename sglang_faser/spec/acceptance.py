@@ -13,32 +13,32 @@ The estimate is a Beta posterior per request and position, learnt both ways:
   fades there at ``request_rate`` / 2^b, where b counts its probes in a row whose first draft failed (capped at
   ``MAX_BACKOFF``; a probe with an accepted draft resets it). A request that failed once is probed again within
   a few steps; one whose probes keep failing waits twice as long each time, so hopeless requests cost O(log T)
-  probes instead of one every few steps (at batch 1 a probe, often at full depth because the positions behind
-  the first look like the server's, costs several plain steps);
+  probes instead of one every few steps (at batch 1 a probe costs more than a plain step);
 * **prior from the server and the request's other positions, one request one vote**: the posterior mean is
   (s + w c) / (s + f + w), w = ``prior_weight`` / (1 + the request's observations there so far)
   pseudo-observations and c the request's own rate over all its positions, shrunk towards g, the server-wide
   rate by position, with ``prior_weight`` pseudo-observations (a request that passes every draft it tries likely
   passes deeper ones too, one that fails its first draft likely fails the later ones: the conditional rates of
   one request's positions go together). A new request starts from what the server sees and a long record
-  speaks for itself
-  (with w fixed, decayed counts of about 1 / ``request_rate`` observations held a request that never failed at
-  0.93 per position, and its deep drafts at half their worth). g is a running mean over finished requests of
-  each one's own rate, not pooled tokens: pooled, the requests that draft most set it (a run of sure requests had every new request probe at full depth, a run
-  of doomed ones at length 1 left g near 0 and no later request was ever tried). A finished request with no
+  speaks for itself (with w fixed, decayed counts of about 1 / ``request_rate`` observations held a request that
+  never failed at 0.93 per position, and its deep drafts at half their worth). g is a running mean over finished
+  requests of each one's own rate, not pooled tokens: pooled, the requests that draft most set it (a run of sure
+  requests had every new request probe at full depth, a run of doomed ones at length 1 left g near 0 and no
+  later request was ever tried). A finished request with no
   evidence at a position pulls g there back towards the initial ``prior``, so requests that were never tried
   cannot write speculation off for good;
 * **optimism where evidence is thin**: decisions use the posterior mean, plus ``explore`` x sd, sd = sqrt(mean
   (1 - mean) / (s + f + w + 1)), at the first position the request has less than one (decayed) observation of: a
-  UCB bonus for one position past what it has tried lately; a request with no recent evidence even at its first
-  position (new, or parked) gets it along its whole chain, since where a draft forward costs about a plain step
-  one draft seldom pays alone and only a deeper probe can (on the tiny CPU pair a sure request otherwise never
-  drafted). A request whose last probes failed at the first draft (in back-off) is probed one draft deep
-  whatever its optimism says (``probe_limits``): one draft tells as much as five and costs a fifth. A request held short therefore looks better one
+  UCB bonus for one position past what it has tried lately. A request held short therefore looks better one
   position deeper as its old evidence fades, and is probed there when the goodput policy says it may pay; no fixed
   exploration cadence is needed. The bonus grows with the log of the steps since the position was last observed
-  (UCB's log t), so a request that a pessimistic server-wide estimate holds short is still tried deeper. Positions it tries every step get no bonus (one on every position compounds
-  along the chain into far too long drafts: measured on the mixed workload, 6.6 of 7 draft tokens on average).
+  (UCB's log t), so a request that a pessimistic server-wide estimate holds short is still tried deeper.
+  Positions it tries every step get no bonus (one on every position compounds along the chain into far too long
+  drafts: measured on the mixed workload, 6.6 of 7 draft tokens on average). A request never tried gets the
+  bonus along its whole chain: where a draft forward costs about a plain step one draft seldom pays alone, only a
+  deeper probe can (on the tiny CPU pair a sure request otherwise never drafted); a parked one does not (with it,
+  requests parked by load were later drafted deep, and the mixed workload lost up to 6 % at 16-64 req/s). A request whose last probes failed at the first draft (in back-off) is probed one
+  draft deep whatever its optimism says (``probe_limits``): one draft tells as much as five and costs a fifth.
 
 All updates are vectorised over the batch: one call per verify step, no Python loop per request.
 """
@@ -113,18 +113,19 @@ class AcceptanceTracker:
 
     def accept_probs(self, rids: list[str]) -> np.ndarray:
         """[B, max_len] estimates for decisions: the posterior mean, plus explore x sd x sqrt(1 + ln(1 + idle))
-        at the first position the request has less than one (decayed) observation of, idle the steps since that
-        position was last observed: optimism for one position past what it has tried lately, never for what it has just seen (a
-        bonus on every position compounds along the chain into far too long drafts, and a probe several positions
-        deep costs several draft forwards), growing like UCB's with the time it has gone untried, so a request
-        that a pessimistic server-wide estimate holds at length 0 is still tried, after a number of steps that
-        grows with how dear a probe is."""
+        at the first position the request has less than one (decayed) observation of (at every position of a
+        request never tried), idle the steps since that position was last observed: optimism for one position past
+        what it has tried lately, never for what it has just seen (a bonus on every position compounds along the
+        chain into far too long drafts), growing like UCB's with the time it has gone untried, so a request that a
+        pessimistic server-wide estimate holds at length 0 is still tried, after a number of steps that grows with
+        how dear a probe is."""
         rows = self.rows_for(rids)
         mean, sd = self.posterior(rids)
         seldom = self._counts[0, rows] + self._counts[1, rows] < 1.0
-        # the first such position: probe one deeper at a time; a request without recent evidence even at the
-        # first position (new, or parked) is uncertain all along its chain, and one draft seldom pays alone
-        probe = seldom & ((np.cumsum(seldom, axis=1) == 1) | seldom[:, :1])
+        # the first such position: probe one deeper at a time; a request never tried at all is uncertain all
+        # along its chain, and one draft seldom pays alone
+        untried = self._counts[2, rows, :1] == 0
+        probe = seldom & ((np.cumsum(seldom, axis=1) == 1) | untried)
         bonus = self.explore * sd * np.sqrt(1.0 + np.log1p(self._idle[rows]))
         return np.clip(mean + np.where(probe, bonus, 0.0), 0.0, 1.0)
 
