@@ -134,7 +134,7 @@ class FaserEngine:
                     result = sgl.verify(self.worker, batch, verify_input, pp_proxy_tensors, grammar_barrier)
             else:
                 result = sgl.verify(self.worker, batch, verify_input, pp_proxy_tensors, grammar_barrier)
-            roots, width = verify_input.draft_token, verify_input.draft_token_num
+            roots, width = sgl.verified_tokens(verify_input)
         verify_ended = time.perf_counter()
         phases.append(("verify", verify_began, verify_ended))
 

@@ -19,6 +19,7 @@ re-check each entry here, then re-scan the wheel for new ``from sgl_kernel impor
 | ``sglang.srt.speculative.adaptive_runtime_state.AdaptiveController`` (:69) | builds one runtime state per draft depth at start-up and switches them per step |
 | ``BaseSpecWorker.on_verify_complete_cpu`` / ``note_request_finished`` (base_spec_worker.py:379-395) | acceptance feedback, request end |
 | ``TpModelWorker.forward_batch_generation(batch, capture_hidden_mode=...)`` on a ``ForwardMode.DECODE`` copy of the ``ScheduleBatch`` (tp_worker.py:622; ``req_to_token_pool``, ``seq_lens`` / ``seq_lens_cpu`` / ``orig_seq_lens``, ``EagleDraftInput.bonus_tokens``), ``GenerationBatchResult`` (managers/utils.py:56), ``ModelRunner.decode_cuda_graph_runner`` / ``watermark_state``, ``SamplingBatchInfo.penalizer_orchestrator`` / ``logit_bias`` / ``has_custom_logit_processor``, ``ScheduleBatch.has_grammar`` / ``return_logprob`` / ``hisparse_coordinator`` / ``mamba_track_indices`` | a step where nobody drafts runs as the target's plain decode (``plain_decode``) where none of the features SGLang's verify handles is in play and the target runs eagerly |
+| ``EagleVerifyInput.draft_token`` / ``draft_token_num``, ``LogitsProcessorOutput.hidden_states`` | the verified windows' roots (and EAGLE's target features there) of requests at k_i = 0, kept for their draft's catch-up (``skipped_rows``) |
 | ``EagleVerifyInput.retrieve_next_token`` (eagle_info.py:17) | cut a request's draft chain after k_i drafts |
 | ``GenerationBatchResult.cap_lens`` (managers/utils.py:105) | per-request lengths into SGLang's metrics and ``meta_info`` |
 | ``TpModelWorker.forward_batch_generation(forward_batch=..., is_verify=True)`` (tp_worker.py:622), called once by ``run_eagle_verify`` (eagle_worker_common.py:654) | replaced for that one call by FASER's ragged passes (``engine/verify.py``): one TARGET_VERIFY ``ForwardBatch`` copy per frontier with the live requests, ``seq_lens`` advanced by the frontier's row offset and a ``RaggedVerifyLayout`` (``speculative/ragged_verify.py:46``) of each request's rows |
@@ -449,6 +450,11 @@ def draft_extend_members(worker, batch, result, verify_input, members: list[int]
     with _draft_contexts(worker, "draft_extend"):
         worker.draft_worker._draft_extend_for_decode(sub, part)
     _scatter_draft_state(result.next_draft_input, part.next_draft_input, index)
+
+
+def verified_tokens(verify_input):
+    """(tokens [B * width], width) of a verify pass: each request's window, its root first."""
+    return verify_input.draft_token, verify_input.draft_token_num
 
 
 def skipped_rows(worker, result, roots, width: int, skipped: list[int]):
