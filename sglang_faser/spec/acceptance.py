@@ -37,8 +37,9 @@ The estimate is a Beta posterior per request and position, learnt both ways:
   drafts: measured on the mixed workload, 6.6 of 7 draft tokens on average). A request never tried gets the
   bonus along its whole chain: where a draft forward costs about a plain step one draft seldom pays alone, only a
   deeper probe can (on the tiny CPU pair a sure request otherwise never drafted); a parked one does not (with it,
-  requests parked by load were later drafted deep, and the mixed workload lost up to 6 % at 16-64 req/s). A request whose last probes failed at the first draft (in back-off) is probed one
-  draft deep whatever its optimism says (``probe_limits``): one draft tells as much as five and costs a fifth.
+  requests parked by load were later drafted deep, and the mixed workload lost up to 6 % at 16-64 req/s). A
+  request whose last probes failed at the first draft (in back-off) is probed one draft deep whatever its
+  optimism says (``probe_limits``): one draft tells as much as five and costs a fifth.
 
 All updates are vectorised over the batch: one call per verify step, no Python loop per request.
 """

@@ -158,7 +158,7 @@ class LengthController:
         resume = None if backlog is None else self.cost.catch_up_ms(backlog) / RESUME_HORIZON
         plan = self.policy.plan(probs, limit, mins, self.cost, uniform=uniform, weights=weights, context=context,
                                 resume_ms=resume)
-        if self.config.mode is Mode.ADAPTIVE:  # probes of requests in back-off stop one position deep
+        if self.config.mode is Mode.ADAPTIVE and plan.lengths.max(initial=0) > 1:  # back-off probes: one deep
             limits = self.tracker.probe_limits(rids)
             if uniform:
                 limits[:] = limits.max()
