@@ -44,7 +44,7 @@ def markdown(results: dict, meta: dict) -> str:
                     f"{_fmt(chosen_length(row))} | {_fmt(row['pruned_share'])} | "
                     f"{row.get('same_output_as_no_spec', '-')} | {row['failed']} |")
             best = next((runs[rate].get("best_fixed") for runs in table.values() if rate in runs), None)
-            lines += ["", f"best fixed length here: {best}", ""]
+            lines += ["", f"best fixed length here: {best or '- (none run)'}", ""]
     lines += ["accept len: SGLang's tokens per verify step (bonus included), mean over requests; chosen len: draft "
               "tokens FASER proposed per request-step (FASER configurations); pruned share: verify rows skipped by "
               "early pruning. Ratios are output tokens/s against configurations measured in the same run.", ""]
@@ -64,7 +64,7 @@ def regret(results: dict) -> list[str]:
     for arrivals, table in results.items():
         for rate in sorted({r for runs in table.values() for r in runs}, key=rate_order):
             cells = [_fmt(table.get(c, {}).get(rate, {}).get("vs_best_other"), "{:.2f}x") for c in faser]
-            cells.append(str(next((runs[rate].get("best_other") for runs in table.values() if rate in runs), None)))
+            cells.append(next((runs[rate].get("best_other") for runs in table.values() if rate in runs), None) or "-")
             if k0:
                 cells.append(_fmt(table.get("faser-k0", {}).get(rate, {}).get("vs_no_spec"), "{:.2f}x"))
             lines.append(f"| {arrivals} {rate} | " + " | ".join(cells) + " |")

@@ -55,6 +55,9 @@ ROUTE_B = [
     "frozenlist==1.8.0", "multidict==7.2.1", "propcache==0.5.4", "yarl==1.25.1", "attrs==26.1.0",  # the driver
 ]
 SLIM = re.compile(r"sgl_kernel/(flash_ops\.abi3\.so|sm100/|infllm_ops|flashmla_ops)")
+# the remote runs the repository's own sglang_faser (PYTHONPATH); its wheel is there for the plugin entry point,
+# so it travels without the shipped weights (37 MB -> 0.2 MB)
+SLIM_FASER = re.compile(r"sglang_faser/models/[^/]+/.*(\.safetensors|tokenizer\.json)(,|$)")
 
 
 def pip_download_command(out: Path, packages: list[str] | None = None) -> list[str]:
@@ -63,15 +66,16 @@ def pip_download_command(out: Path, packages: list[str] | None = None) -> list[s
             *(packages or ROUTE_B)]
 
 
-def slim_kernel_wheel(src: Path, dst: Path) -> None:
-    """sglang-kernel without the FA3 / Blackwell / MLA binaries (gpu-bringup.md §5): 377 MB -> 13 MB."""
+def slim_wheel(src: Path, dst: Path, drop: re.Pattern = SLIM) -> None:
+    """A wheel without the files ``drop`` matches, RECORD mended so pip accepts it. Default: sglang-kernel without
+    the FA3 / Blackwell / MLA binaries (gpu-bringup.md §5): 377 MB -> 13 MB."""
     with zipfile.ZipFile(src) as zi, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zo:
         for info in zi.infolist():
-            if SLIM.search(info.filename):
+            if drop.search(info.filename):
                 continue
             data = zi.read(info.filename)
             if info.filename.endswith("RECORD"):
-                lines = [line for line in data.split(b"\n") if line.strip() and not SLIM.search(line.decode())]
+                lines = [line for line in data.split(b"\n") if line.strip() and not drop.search(line.decode())]
                 data = b"\n".join(lines) + b"\n"
             zo.writestr(info, data)
 
@@ -164,12 +168,13 @@ def unpack(stage: Path, out: Path) -> Path:
 def download(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     subprocess.run(pip_download_command(out), check=True)
-    for wheel in out.glob("sglang_kernel-*.whl"):
-        slim = wheel.with_suffix(".slim")
-        slim_kernel_wheel(wheel, slim)
-        slim.replace(wheel)
     root = Path(__file__).resolve().parents[2]
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(out), str(root)], check=True)
+    for pattern, drop in (("sglang_kernel-*.whl", SLIM), ("sglang_faser-*.whl", SLIM_FASER)):
+        for wheel in out.glob(pattern):
+            slim = wheel.with_suffix(".slim")
+            slim_wheel(wheel, slim, drop)
+            slim.replace(wheel)
 
 
 def smollm2(out: Path) -> Path:

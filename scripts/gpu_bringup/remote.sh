@@ -16,9 +16,13 @@
 set -euo pipefail
 S=${S:-$HOME/sgl}
 mkdir -p "$S"
-export PYTHONPATH="$PWD:$S/site${PYTHONPATH:+:$PYTHONPATH}"   # the repo's sglang_faser over the carried wheel's
+# the repo's sglang_faser over the carried wheel's; no_cutlass/ stands in for two Blackwell/MLA-only imports
+export PYTHONPATH="$PWD/scripts/gpu_bringup/no_cutlass:$PWD:$S/site${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 export SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1 PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1
+# the wheel's Rust radix-tree core misreads tensor dtypes under the image's torch 2.11 ("insert value must be an
+# int64 tensor, got Half/Float" at the first prefill, FASER or not; benchmarks/results/gpu/): use SGLang's Python one
+export SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=${SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND:-python}
 export SGLANG_FASER_CACHE=$S/cache SGLANG_JIT_CACHE_DIR=$S/jit FLASHINFER_WORKSPACE_BASE=$S TRITON_CACHE_DIR=$S/triton
 export PATH="$(dirname "$(command -v python3)"):$PATH"
 if [ -d "$S/site/nvidia/cu13/include" ]; then export CPATH="$S/site/nvidia/cu13/include${CPATH:+:$CPATH}"; fi
@@ -31,7 +35,7 @@ install)
   wheels=$(python3 scripts/gpu_bringup/carry.py unpack "$stage" --out "$S")
   python3 -m pip install -q --no-index --no-deps --no-compile --target "$S/site" "$wheels"/*.whl
   python3 -V; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-  ldd --version | head -1; which nvcc c++ ninja || true
+  ldd --version | sed -n 1p; which nvcc c++ ninja || true   # not head: its SIGPIPE under pipefail ends the script
   python3 -c "import torch, triton, sglang, sgl_kernel, sglang_faser.engine.plugin as p; \
 print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available(), 'triton', triton.__version__, \
 'sglang', sglang.__version__)"

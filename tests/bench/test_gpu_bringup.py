@@ -47,7 +47,7 @@ def test_split_and_join_round_trip_with_hash_checks(tmp_path):
     assert json.loads((pieces / "manifest.json").read_text())["piece_bytes"] == 4096
 
 
-def test_slim_kernel_wheel_drops_the_unneeded_binaries_and_their_record_lines(tmp_path):
+def test_slim_wheel_drops_the_unneeded_binaries_and_their_record_lines(tmp_path):
     src, dst = tmp_path / "k.whl", tmp_path / "slim.whl"
     with zipfile.ZipFile(src, "w") as z:
         z.writestr("sgl_kernel/sm90/common_ops.abi3.so", b"keep")
@@ -55,10 +55,43 @@ def test_slim_kernel_wheel_drops_the_unneeded_binaries_and_their_record_lines(tm
         z.writestr("sgl_kernel/sm100/x.so", b"drop")
         z.writestr("sgl_kernel-0.4.6.dist-info/RECORD",
                    "sgl_kernel/sm90/common_ops.abi3.so,sha256=a,4\nsgl_kernel/flash_ops.abi3.so,sha256=b,4\n")
-    carry.slim_kernel_wheel(src, dst)
+    carry.slim_wheel(src, dst)
     with zipfile.ZipFile(dst) as z:
         assert sorted(z.namelist()) == ["sgl_kernel-0.4.6.dist-info/RECORD", "sgl_kernel/sm90/common_ops.abi3.so"]
         assert b"flash_ops" not in z.read("sgl_kernel-0.4.6.dist-info/RECORD")
+
+
+def test_the_faser_wheel_travels_without_the_shipped_weights_but_with_its_code_and_configs(tmp_path):
+    src, dst = tmp_path / "f.whl", tmp_path / "slim.whl"
+    names = ["sglang_faser/models/small_pair/target/model.safetensors",
+             "sglang_faser/models/small_pair/target/tokenizer.json",
+             "sglang_faser/models/small_pair/target/config.json", "sglang_faser/models/small_pair.py",
+             "sglang_faser/engine/plugin.py"]
+    with zipfile.ZipFile(src, "w") as z:
+        for name in names:
+            z.writestr(name, b"x")
+        z.writestr("sglang_faser-0.1.0.dist-info/RECORD", "\n".join(f"{n},sha256=a,1" for n in names) + "\n")
+    carry.slim_wheel(src, dst, carry.SLIM_FASER)
+    with zipfile.ZipFile(dst) as z:
+        kept = set(z.namelist()) - {"sglang_faser-0.1.0.dist-info/RECORD"}
+        assert kept == set(names[2:])
+        assert b"safetensors" not in z.read("sglang_faser-0.1.0.dist-info/RECORD")
+
+
+def test_the_stand_in_modules_answer_what_sglang_reads_on_a_hopper_gpu_without_cutlass_or_flash_mla():
+    import subprocess
+
+    stub_dir = Path(carry.__file__).parent / "no_cutlass"
+    code = ("from sglang.kernels.ops.gemm.cutedsl_dual_gemm import MAX_DUAL_GEMM_DECODE_TOKENS, DualGemmQuantMode,"
+            " can_use_dual_gemm\n"
+            "from flash_mla.flash_mla_interface import FlashMLASchedMeta\n"
+            "assert not can_use_dual_gemm(1, 4096, 14336, DualGemmQuantMode.UNQUANT)\n"
+            "assert not DualGemmQuantMode.UNQUANT.is_dynamic and DualGemmQuantMode.DYNAMIC_PER_TOKEN.is_dynamic\n"
+            "try:\n    FlashMLASchedMeta()\nexcept RuntimeError as e:\n    print('absent:', e)\n")
+    env = {**os.environ, "PYTHONPATH": f"{stub_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "absent: flash_mla is not installed" in result.stdout
 
 
 def test_download_fetches_a_cp312_manylinux_wheel_and_it_survives_the_carry(tmp_path):
