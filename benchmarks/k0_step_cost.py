@@ -6,8 +6,11 @@
 Two servers of the same target: ``no-spec`` (no speculative algorithm) and ``faser-k0`` (the FASER worker with
 every length 0, ``--faser-mode off``: every step is a whole-batch k = 0 step). For each batch size B, B greedy
 requests of ``--new-tokens`` tokens start together and decode together; a request's time between tokens is the
-step time, and the median over the batch is reported. The configurations alternate within each repeat and the
-median repeat is reported, with the ratio faser-k0 / no-spec (the goal: <= 1.05).
+step time, and the median over the batch is reported (``client``). The server's own view is reported beside it
+(``server``): SGLang's decode log (``--decode-log-interval``) gives the throughput of the steps where all B requests
+ran, so B / throughput is the step time without the client's streaming (on a 2-core machine the HTTP client and
+SGLang's tokenizer processes share the cores with the step). The configurations alternate within each repeat and
+the median repeat is reported, with the ratio faser-k0 / no-spec (the goal: <= 1.05).
 
 ``--fixed K`` adds the same comparison with speculation on: stock SGLang at K draft steps (``fixed-K``) against
 FASER's worker holding every request at K inside a window of 7 (``faser-fixed-K``: depth tiers, ragged verify, draft
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import time
@@ -36,6 +40,8 @@ from sglang_faser.server_process import ServerProcess  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 PROMPT = [1] + list(range(100, 130))  # a fixed 31-token prompt; every request gets a different last token
+LOG_INTERVAL = 8  # decode steps per line of SGLang's decode log
+DECODE_LOG = re.compile(r"#running-req: (\d+),.*gen throughput \(token/s\): ([\d.]+)")
 
 
 def decode_step_ms(url: str, batch: int, new_tokens: int) -> float:
@@ -56,6 +62,16 @@ def decode_step_ms(url: str, batch: int, new_tokens: int) -> float:
         return statistics.median(pool.map(one, range(batch)))
 
 
+def server_step_ms(log: Path, start: int, batch: int) -> float | None:
+    """The median decode step time SGLang logged after byte ``start`` of its log, over lines of ``batch`` running
+    requests (B / their generation throughput); None if there are none."""
+    with open(log, "rb") as f:
+        f.seek(start)
+        text = f.read().decode(errors="replace")
+    rates = [float(m.group(2)) for m in DECODE_LOG.finditer(text) if int(m.group(1)) == batch and float(m.group(2))]
+    return statistics.median(batch * 1e3 / r for r in rates) if rates else None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32])
@@ -71,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         plot(json.loads(args.out.with_suffix(".json").read_text())["rows"], args.out.with_suffix(".png"))
         return 0
     model = ["--model-path", args.model_path] if args.model_path else []
-    base = model + ["--faser-control", "off", "--max-total-tokens", "16384", "--sleep-on-idle", *extra]
+    base = model + ["--faser-control", "off", "--max-total-tokens", "16384", "--sleep-on-idle",
+                    "--decode-log-interval", str(LOG_INTERVAL), *extra]
     configs = {"no-spec": base, "faser-k0": base + spec_flags(args.algorithm, 3, "--faser-mode", "off")}
     pairs = [("faser-k0", "no-spec")]
     if args.fixed:
@@ -83,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     servers = {name: ServerProcess(flags, log_path=Path(f"/tmp/k0_step_cost-{name}.log"))
                for name, flags in configs.items()}
     samples: dict[str, dict[int, list[float]]] = {name: {b: [] for b in args.batch_sizes} for name in configs}
+    server_samples: dict[str, dict[int, list[float]]] = {name: {b: [] for b in args.batch_sizes} for name in configs}
     try:
         for server in servers.values():
             server.start()
@@ -90,22 +108,36 @@ def main(argv: list[str] | None = None) -> int:
             order = list(configs) if repeat % 2 == 0 else list(reversed(configs))
             for batch in args.batch_sizes:
                 for name in order:
+                    log = servers[name].log_path
+                    start = log.stat().st_size
                     ms = decode_step_ms(servers[name].url, batch, args.new_tokens)
                     samples[name][batch].append(ms)
-                    print(f"repeat {repeat} B={batch:3d} {name:15s} {ms:8.2f} ms/token", flush=True)
+                    logged = server_step_ms(log, start, batch)
+                    if logged is not None:
+                        server_samples[name][batch].append(logged)
+                    print(f"repeat {repeat} B={batch:3d} {name:15s} {ms:8.2f} ms/token (client), "
+                          f"{logged or float('nan'):8.2f} ms/step (server)", flush=True)
     finally:
         for server in servers.values():
             server.stop()
     rows = []
     for batch in args.batch_sizes:
-        ms = {n: statistics.median(samples[n][batch]) for n in configs}
-        rows.append({"batch": batch, "ms": {n: round(v, 3) for n, v in ms.items()},
-                     "ratios": {f"{a} / {b}": round(ms[a] / ms[b], 3) for a, b in pairs},
-                     "samples": {n: samples[n][batch] for n in configs}})
-    md = ["| batch | " + " | ".join(f"{n} ms" for n in configs) + " | " + " | ".join(f"{a} / {b}" for a, b in pairs)
-          + " |", "|---" * (1 + len(configs) + len(pairs)) + "|"]
-    md += [f"| {r['batch']} | " + " | ".join(f"{r['ms'][n]:.2f}" for n in configs) + " | "
-           + " | ".join(f"{v:.3f}" for v in r["ratios"].values()) + " |" for r in rows]
+        row = {"batch": batch}
+        for view, measured in (("", samples), ("server_", server_samples)):
+            if not all(measured[n][batch] for n in configs):
+                continue
+            ms = {n: statistics.median(measured[n][batch]) for n in configs}
+            row[view + "ms"] = {n: round(v, 3) for n, v in ms.items()}
+            row[view + "ratios"] = {f"{a} / {b}": round(ms[a] / ms[b], 3) for a, b in pairs}
+            row[view + "samples"] = {n: measured[n][batch] for n in configs}
+        rows.append(row)
+    md = []
+    for view, title in (("", "client: time between streamed tokens"), ("server_", "server: SGLang's decode log")):
+        md += [f"{title}", "", "| batch | " + " | ".join(f"{n} ms" for n in configs) + " | "
+               + " | ".join(f"{a} / {b}" for a, b in pairs) + " |", "|---" * (1 + len(configs) + len(pairs)) + "|"]
+        md += [f"| {r['batch']} | " + " | ".join(f"{r[view + 'ms'][n]:.2f}" for n in configs) + " | "
+               + " | ".join(f"{v:.3f}" for v in r[view + "ratios"].values()) + " |" for r in rows if view + "ms" in r]
+        md.append("")
     print("\n".join(md))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"model": args.model_path or "embedded default", "algorithm": args.algorithm,
@@ -117,25 +149,31 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    """Time per token by batch size, one bar per configuration (median repeat, every repeat as a dot)."""
+    """Step time by batch size, one bar per configuration (median repeat, every repeat as a dot); one panel for
+    the client's view, one for the server's."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = list(rows[0]["ms"])
-    fig, ax = plt.subplots(figsize=(8, 4))
-    width = 0.8 / len(names)
-    for i, name in enumerate(names):
-        xs = [j + (i - (len(names) - 1) / 2) * width for j in range(len(rows))]
-        ax.bar(xs, [r["ms"][name] for r in rows], width, label=name)
-        for x, r in zip(xs, rows):
-            ax.plot([x] * len(r["samples"][name]), r["samples"][name], "k.", markersize=3)
-    ax.set_xticks(range(len(rows)), [f"B = {r['batch']}" for r in rows])
-    ax.set_ylabel("ms per token (median over the batch)")
-    ax.set_title("k = 0 step and FASER's own path against plain SGLang (CPU)")
-    ax.legend(fontsize=8)
-    ax.grid(axis="y", alpha=0.3)
+    views = [(v, t) for v, t in (("", "client (streamed tokens)"), ("server_", "server (SGLang's decode log)"))
+             if any(v + "ms" in r for r in rows)]
+    fig, axes = plt.subplots(1, len(views), figsize=(6 * len(views), 4), squeeze=False)
+    for ax, (view, title) in zip(axes[0], views):
+        shown = [r for r in rows if view + "ms" in r]
+        names = list(shown[0][view + "ms"])
+        width = 0.8 / len(names)
+        for i, name in enumerate(names):
+            xs = [j + (i - (len(names) - 1) / 2) * width for j in range(len(shown))]
+            ax.bar(xs, [r[view + "ms"][name] for r in shown], width, label=name)
+            for x, r in zip(xs, shown):
+                ax.plot([x] * len(r[view + "samples"][name]), r[view + "samples"][name], "k.", markersize=3)
+        ax.set_xticks(range(len(shown)), [f"B = {r['batch']}" for r in shown])
+        ax.set_ylabel("ms per decode step")
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle("k = 0 step and FASER's own path against plain SGLang (CPU)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -460,14 +460,14 @@ def verified_tokens(verify_input):
 def skipped_rows(worker, result, roots, width: int, skipped: list[int]):
     """The rows the draft-extend would have consumed for the requests at batch rows ``skipped``: the token each
     verified (its window's root; ``roots`` holds ``width`` tokens a request) and, for EAGLE, the target's feature
-    there (cloned: under graph replay it lives in a graph buffer)."""
+    there (indexing by a tensor copies, so a graph buffer replayed later does not change them)."""
     import torch
 
     root = torch.tensor(skipped, dtype=torch.long, device=roots.device) * width
     features = None
     if not worker.speculative_algorithm.is_standalone():
-        features = result.logits_output.hidden_states[root].clone()
-    return roots[root].clone(), features
+        features = result.logits_output.hidden_states[root]
+    return roots[root], features
 
 
 def _sub_batch(batch, members: list[int], index):

@@ -143,8 +143,12 @@ class AcceptanceTracker:
     def observe(self, rids: list[str], proposed: np.ndarray, accepted: np.ndarray) -> None:
         """Record one verify step: request i proposed ``proposed[i]`` drafts and ``accepted[i]`` were accepted."""
         proposed = np.minimum(np.asarray(proposed, dtype=np.int64), self.max_len)
-        accepted = np.minimum(np.asarray(accepted, dtype=np.int64), proposed)
         rows = self.rows_for(rids)
+        if not proposed.any():  # a step without drafts (the common step of a parked batch): evidence only fades
+            self._counts[:2, rows] *= 1.0 - self.request_rate / 2.0 ** self._backoff[rows][None, :, None]
+            self._idle[rows] += 1.0
+            return
+        accepted = np.minimum(np.asarray(accepted, dtype=np.int64), proposed)
         t = self._positions[None, :]
         observed = (t <= accepted[:, None]) & (t < proposed[:, None])  # accepted run plus the first rejection
         success = (observed & (t < accepted[:, None])).astype(np.float64)

@@ -36,8 +36,9 @@ fit, ``catch_up_coef`` = [fixed ms per catch-up pass, ms per skipped row] (a dra
 part: pricing rows at a one-row catch-up's mean would make a request's resumption dearer every step it rests,
 until it never drafts again).
 
-The linear fit is refitted every ``refit_every`` steps and cannot follow what it cannot express (a draft phase
-whose cost is not linear in depth, a machine loaded by other work since the start-up profile). Every step's
+The linear fit is refitted every ``refit_every`` steps (a refit is a few NNLS solves: every 8 steps they were a
+fifth of FASER's host time in a batch-1 step) and cannot follow what it cannot express (a draft phase whose cost
+is not linear in depth, a machine loaded by other work since the start-up profile). Every step's
 measured time is therefore also compared with the fit's price for its shape: ``residual`` keeps, per batch-size
 bucket and depth, a running mean of log(measured / modelled), and ``step_ms`` multiplies the fit's price by it.
 It moves within a few steps (a burst of a new batch size is priced from its first steps, not 32 steps later);
@@ -179,7 +180,7 @@ class StepCostModel:
     verify_coef: np.ndarray = field(default_factory=lambda: np.array([1.0, 0.0, 0.05, 0.0]))
     draft_coef: np.ndarray = field(default_factory=lambda: np.array([0.2, 0.0, 0.0, 0.2, 0.0]))
     window: int = 256
-    refit_every: int = 8
+    refit_every: int = 32
     draft_cut: bool = False  # the runtime drafts each request only as far as its length (set by the worker)
     frontier_size: int = 0  # draft positions per verify pass (0: one pass per step); each pass pays v0
     catch_up_coef: np.ndarray = field(default_factory=lambda: np.zeros(2))  # [ms per pass, ms per row]; 0: unmeasured
@@ -294,9 +295,9 @@ class StepCostModel:
         """``step_ms(..., corrected=False)`` of one step's shape, without the vectorised machinery (every step
         asks for it once)."""
         passes = int(self.verify_passes(depth))
-        verify = self.coefs(VERIFY, batch) @ _verify_features(batch, verify_tokens, context)
-        extra = self.coefs(VERIFY, batch)[0] * (passes - 1)
-        return float(verify + extra + self.coefs(DRAFT, batch) @ _draft_features(batch, depth, draft_rows, drafting))
+        verify_coef = self.coefs(VERIFY, batch)
+        verify = verify_coef @ _verify_features(batch, verify_tokens, context) + verify_coef[0] * (passes - 1)
+        return float(verify + self.coefs(DRAFT, batch) @ _draft_features(batch, depth, draft_rows, drafting))
 
     def record_step(self, batch: int, depth: int, modelled_ms: float, ms: float) -> None:
         """A step's measured time against the fit's price for its shape (``modelled_step_ms``)."""

@@ -96,6 +96,21 @@ def test_a_parked_request_regains_optimism_slower_after_each_failed_probe():
     assert park(5)[1] > before + 0.1  # it is probed again soon
 
 
+def test_a_step_without_drafts_fades_evidence_as_a_parked_row_of_a_drafting_step_does():
+    """A batch where nobody drafts takes a short path; its parked requests must end where they would had a
+    neighbour drafted in the same step."""
+    trackers = [AcceptanceTracker(max_len=3, prior=0.5, request_rate=0.3) for _ in range(2)]
+    for tracker in trackers:
+        tracker.observe(["p", "q"], proposed=np.array([3, 2]), accepted=np.array([0, 2]))  # p enters back-off
+        tracker.observe(["p", "q"], proposed=np.array([1, 3]), accepted=np.array([0, 1]))
+    alone, beside = trackers
+    for _ in range(4):
+        alone.observe(["p", "q"], proposed=np.array([0, 0]), accepted=np.array([0, 0]))
+        beside.observe(["p", "q", "z"], proposed=np.array([0, 0, 1]), accepted=np.array([0, 0, 1]))
+    np.testing.assert_allclose(alone.accept_probs(["p", "q"]), beside.accept_probs(["p", "q"]))
+    np.testing.assert_array_equal(alone.probe_limits(["p", "q"]), beside.probe_limits(["p", "q"]))
+
+
 def test_a_failing_request_drops_within_a_few_steps():
     tracker = AcceptanceTracker(max_len=3, prior=0.9)
     for _ in range(20):
