@@ -24,9 +24,9 @@ The estimate is a Beta posterior per request and position, learnt both ways:
   never failed at 0.93 per position, and its deep drafts at half their worth). g is a running mean over finished
   requests of each one's own rate, not pooled tokens: pooled, the requests that draft most set it (a run of sure
   requests had every new request probe at full depth, a run of doomed ones at length 1 left g near 0 and no
-  later request was ever tried). A finished request with no
-  evidence at a position pulls g there back towards the initial ``prior``, so requests that were never tried
-  cannot write speculation off for good;
+  later request was ever tried). A finished request votes at each position it ever tried with its rate there,
+  however long it was parked since (decay fades both counts alike); one that never tried a position pulls g there
+  back towards the initial ``prior``, so requests that were never tried cannot write speculation off for good;
 * **optimism where evidence is thin**: decisions use the posterior mean, plus ``explore`` x sd, sd = sqrt(mean
   (1 - mean) / (s + f + w + 1)), at the first position the request has less than one (decayed) observation of: a
   UCB bonus for one position past what it has tried lately. A request held short therefore looks better one
@@ -167,9 +167,13 @@ class AcceptanceTracker:
         """Free a finished request's row; its own acceptance joins the server-wide prior first."""
         row = self._rows.pop(rid, None)
         if row is not None:
-            succ, fail, _ = self._counts[:, row]
-            seen = np.minimum(succ + fail, 1.0)  # how much evidence it has by position (decayed observations)
-            rate = succ / np.maximum(succ + fail, 1e-12)
+            succ, fail, ever = self._counts[:, row]
+            # a position it ever tried votes with its rate there, however long ago: decay fades both counts
+            # alike, so their ratio stays its rate (weighed by the decayed counts, a request parked after its
+            # probes failed voted mostly for the initial prior, and every new request was probed at full depth)
+            held = succ + fail
+            seen = np.where(held > 0.0, np.minimum(ever, 1.0), 0.0)
+            rate = succ / np.maximum(held, 1e-300)
             target = seen * rate + (1.0 - seen) * self.prior
             self._by_request += REQUEST_PRIOR_RATE * (target - self._by_request)
             self._free.append(row)

@@ -40,6 +40,21 @@ def test_the_server_wide_estimate_counts_requests_not_tokens():
     assert tracker.global_accept_by_position[0] > low + 0.3
 
 
+def test_a_request_parked_after_failed_probes_still_votes_with_its_rate():
+    """Decay fades a parked request's counts but not their ratio: a run of doomed requests, each parked for the
+    rest of its life after one failed probe, brings the server's first-position estimate down (before, their
+    faded counts voted mostly for the initial prior and every new request was probed at full depth)."""
+    tracker = AcceptanceTracker(max_len=4, prior=0.6, explore=0.0)
+    for i in range(20):
+        tracker.observe([f"d{i}"], proposed=np.array([1]), accepted=np.array([0]))
+        for _ in range(60):  # parked: nothing observed, evidence fades
+            tracker.observe([f"d{i}"], proposed=np.array([0]), accepted=np.array([0]))
+        tracker.forget(f"d{i}")
+    g = tracker.global_accept_by_position
+    assert g[0] < 0.15
+    assert g[1:] == pytest.approx(0.6)  # positions none of them tried keep the prior
+
+
 def test_accepted_run_and_first_rejection_are_observed_later_positions_are_not():
     tracker = AcceptanceTracker(max_len=4, prior=0.5, explore=0.0)
     tracker.observe(["a"], proposed=np.array([4]), accepted=np.array([1]))
