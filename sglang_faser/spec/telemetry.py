@@ -97,11 +97,17 @@ def summarise(now: Totals, then: Totals) -> dict:
 
 
 class TelemetryRecorder:
-    def __init__(self, window_s: float = 10.0, clock=time.monotonic):
+    def __init__(self, window_s: float = 10.0, clock=time.monotonic, resolution_s: float = 0.05):
+        """``resolution_s``: the window's start moves in steps of about this much (a snapshot of the totals at most
+        this often, not one per decode step: a copy of every counter each step was host time a small batch's
+        step paid; the window is off by at most this much busy time, counted as idle)."""
         self.window_s = window_s
+        self.resolution_s = resolution_s
         self._clock = clock
         self._start = Totals(at=clock())
         self._now = self._start.copy()
+        self._counters = None  # the controller's cumulative counters, read when a snapshot is taken
+        self._span_start: float | None = None  # when the first step since the last snapshot began
         # the start is the first snapshot: until a window has passed, the window begins there (first steps included)
         self._snapshots: deque[Totals] = deque([self._start.copy()])
 
@@ -113,14 +119,23 @@ class TelemetryRecorder:
             now.busy[phase] += seconds
         now.union += union
         now.batch_sum += batch_size
-        now.counters = {k: int(getattr(counters, k, 0)) for k in COUNTERS}
-        now.length_histogram = list(counters.length_histogram)
-        now.proposed_by_position = list(counters.proposed_by_position)
-        now.accepted_by_position = list(counters.accepted_by_position)
         now.at = self._clock()
-        now.step_start = min((start for _, start, _ in intervals), default=now.at)
-        self._snapshots.append(now.copy())
-        self._trim(now.at)
+        self._counters = counters
+        if self._span_start is None:
+            self._span_start = min((start for _, start, _ in intervals), default=now.at)
+        if now.at - self._snapshots[-1].at >= self.resolution_s:
+            self._read_counters()
+            now.step_start, self._span_start = self._span_start, None
+            self._snapshots.append(now.copy())
+            self._trim(now.at)
+
+    def _read_counters(self) -> None:
+        counters, now = self._counters, self._now
+        if counters is not None:
+            now.counters = {k: int(getattr(counters, k, 0)) for k in COUNTERS}
+            now.length_histogram = list(counters.length_histogram)
+            now.proposed_by_position = list(counters.proposed_by_position)
+            now.accepted_by_position = list(counters.accepted_by_position)
 
     def _trim(self, at: float) -> None:
         while len(self._snapshots) > 1 and self._snapshots[1].step_start < at - self.window_s:
@@ -130,11 +145,13 @@ class TelemetryRecorder:
         """``{"window": ..., "total": ...}``; both end now, so idle time since the last step counts as idle."""
         at = self._clock()
         self._trim(at)
+        self._read_counters()
         now = self._now.copy()
         now.at = at
-        # The window counts the steps that began inside it, from the snapshot just before the first of them (the
-        # deque's head after _trim); a step straddling the window's start counts as idle. Every busy second counted
-        # then lies inside the window, so the shares add up to exactly 1.
+        # The window counts the steps since its first snapshot (the deque's head after _trim) whose span of steps
+        # began inside it; the steps before that snapshot (at most ``resolution_s`` of them inside the window, or
+        # one straddling its start) count as idle. Every busy second counted then lies inside the window, so the
+        # shares add up to exactly 1.
         start = at - self.window_s
         window_start = self._snapshots[0].copy()
         window_start.at = max(window_start.at, start)

@@ -80,3 +80,23 @@ def test_before_a_whole_window_has_passed_the_window_is_everything_since_start()
     clock.t = 13.0
     window = recorder.snapshot()["window"]  # the window [3, 13] no longer holds the step that ended at 2
     assert window["seconds"] == pytest.approx(10.0) and window["steps"] == 0
+
+
+def test_steps_finer_than_the_resolution_are_all_counted_and_the_window_stays_within_it():
+    """A snapshot at most every ``resolution_s``, not one per step: totals and counters stay exact, the window's
+    start moves in steps of the resolution and its shares still add up to one."""
+    clock = Clock()
+    recorder = TelemetryRecorder(window_s=0.5, clock=clock, resolution_s=0.05)
+    counters = LengthCounters()
+    for i in range(1000):  # back-to-back 1 ms steps over one second
+        counters.steps += 1
+        counters.committed += 2
+        clock.t = (i + 1) * 1e-3
+        recorder.record_step([("verify", i * 1e-3, clock.t)], counters, batch_size=2)
+    snap = recorder.snapshot()
+    assert snap["total"]["steps"] == 1000 and snap["total"]["tokens"]["committed"] == 2000
+    assert snap["total"]["shares"]["verify"] == pytest.approx(1.0)
+    window = snap["window"]
+    assert 450 <= window["steps"] <= 500
+    assert window["shares"]["verify"] + window["shares"]["idle"] == pytest.approx(1.0)
+    assert window["shares"]["verify"] >= 0.9
