@@ -93,8 +93,13 @@ def test_steps_finer_than_the_resolution_are_all_counted_and_the_window_stays_wi
         counters.committed += 2
         clock.t = (i + 1) * 1e-3
         recorder.record_step([("verify", i * 1e-3, clock.t)], counters, batch_size=2)
+    assert len(recorder._snapshots) <= 1 + 1.0 / 0.05  # one per resolution, not one per step
+    counters.steps += 1  # a last step too soon after a snapshot to take one: snapshot() reads it anyway
+    counters.committed += 2
+    clock.t += 1e-4
+    recorder.record_step([("verify", clock.t - 1e-4, clock.t)], counters, batch_size=2)
     snap = recorder.snapshot()
-    assert snap["total"]["steps"] == 1000 and snap["total"]["tokens"]["committed"] == 2000
+    assert snap["total"]["steps"] == 1001 and snap["total"]["tokens"]["committed"] == 2002
     assert snap["total"]["shares"]["verify"] == pytest.approx(1.0)
     window = snap["window"]
     assert 450 <= window["steps"] <= 500
