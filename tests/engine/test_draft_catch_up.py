@@ -7,6 +7,10 @@ the same ``/set_internal_state`` path the control service uses: alone (steps whe
 for token. On the context-free pair (draft = target, attention off) every draft the target verifies is accepted,
 but only if the draft's state was caught up: SGLang's stub for a skipped draft-extend would make the first draft
 after the switch a zero token, which the target rejects.
+
+The streamed request asks for far more tokens than the test reads and is aborted once ``MAX_NEW`` have streamed, so
+a server that outruns the client cannot finish it before the switches land (on a slow or busy client, a request of
+exactly ``MAX_NEW`` tokens at fixed length 0 could end before the first switch and never draft).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+import uuid
 
 import pytest
 import requests
@@ -25,6 +30,7 @@ from sglang_faser.spec.config import FaserConfig
 pytestmark = pytest.mark.engine
 
 MAX_NEW = 160
+LONG = 1600  # what the streamed request asks for; it is aborted after MAX_NEW
 SWITCHES = {10: 3, 50: 0, 90: 3, 120: 0}  # streamed tokens -> fixed length from then on
 VERSIONS = itertools.count(2)  # policy versions, increasing across the tests that share a server
 
@@ -39,19 +45,27 @@ def _flags(target, draft, algorithm):
 
 
 def _generate_with_switches(server: ServerProcess, input_ids: list[int]) -> dict:
-    body = {"input_ids": input_ids, "stream": True,
-            "sampling_params": {"temperature": 0, "max_new_tokens": MAX_NEW, "ignore_eos": True}}
-    pending, last = dict(SWITCHES), None
+    """Stream one long request, switching the policy at ``SWITCHES``; aborted after ``MAX_NEW`` tokens."""
+    rid = uuid.uuid4().hex
+    body = {"rid": rid, "input_ids": input_ids, "stream": True,
+            "sampling_params": {"temperature": 0, "max_new_tokens": LONG, "ignore_eos": True}}
+    pending, last, aborted = dict(SWITCHES), None, False
     with requests.post(server.url + "/generate", json=body, stream=True, timeout=300) as response:
         for line in response.iter_lines():
             if not line.startswith(b"data:") or line.endswith(b"[DONE]"):
                 continue
-            last = json.loads(line[5:])
+            chunk = json.loads(line[5:])
+            if "output_ids" not in chunk:
+                continue
+            last = chunk
             done = last["meta_info"]["completion_tokens"]
             for at in [a for a in pending if done >= a]:
                 policy = encode_policy(FaserConfig(mode="fixed", fixed_len=pending.pop(at)), next(VERSIONS))
                 answer = requests.post(server.url + "/set_internal_state", json={"server_args": policy}, timeout=30)
                 assert answer.status_code == 200, answer.text
+            if done >= MAX_NEW and not aborted:  # read on until the stream ends: the request is then gone
+                aborted = requests.post(server.url + "/abort_request", json={"rid": rid}, timeout=30).ok
+    assert aborted and not pending and last["meta_info"]["completion_tokens"] < LONG, last["meta_info"]
     return last
 
 
@@ -101,7 +115,7 @@ def test_switching_into_and_out_of_speculation_keeps_greedy_output_and_catches_t
         assert other["last"]["output_ids"] == hf_greedy(target, other_ids, 3 * MAX_NEW)
         assert other["last"]["meta_info"]["spec_cap_lens_histogram"][0] == 0  # it drafted at every step
     counters = {k: v - before[k] for k, v in _counters(server).items() if isinstance(v, int)}
-    assert out["output_ids"] == hf_greedy(target, input_ids, MAX_NEW)
+    assert out["output_ids"] == hf_greedy(target, input_ids, len(out["output_ids"]))
     meta = out["meta_info"]
     assert meta["spec_verify_ct"] > 0
     proposed = sum(k * n for k, n in enumerate(meta["spec_cap_lens_histogram"]))
