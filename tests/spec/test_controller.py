@@ -216,3 +216,42 @@ def test_a_parked_batch_is_decided_again_every_few_steps_and_a_new_request_at_on
     controller.decide(["a", "b"])  # a new request joined
     controller.decide(["a", "b"], floors=np.array([0, 1]))  # or the same requests ask for something else
     assert len(plans) == 4
+
+
+def test_a_burst_of_new_requests_explores_only_within_the_budget():
+    """Sixteen new requests every step, each optimistic along its whole chain (never tried): under their posterior
+    means (0.5 a position) no drafting pays, under the optimism depth 3 does. Without a budget every step drafts
+    on hope; with one, the hoped-for plan runs only while the credit saved up covers what it loses under the means,
+    so the steps it runs are bounded by (starting credit + budget x steps) / its loss."""
+    from sglang_faser.spec.controller import EXPLORE_CREDIT_CAP
+    from sglang_faser.spec.policy import GoodputPolicy, evaluate
+
+    cost = StepCostModel(verify_coef=[2.0, 0.05, 0.05, 0.0], draft_coef=[0.3, 0.2, 0.02, 0.6, 0.01])
+    batch, steps = 16, 40
+    means, hopes = AcceptanceTracker(max_len=5, prior=0.5).estimates([f"x{i}" for i in range(batch)])
+    caps, mins = np.full(batch, 5), np.zeros(batch, dtype=np.int64)
+    hoped = GoodputPolicy(FaserConfig().uniform_margin).plan(hopes, caps, mins, cost).lengths
+    sober = GoodputPolicy(FaserConfig().uniform_margin).plan(means, caps, mins, cost).lengths
+    assert hoped.max() > sober.max()  # the optimism drafts deeper than the means would
+    goodput = [np.divide(*evaluate(means, plan, cost)) for plan in (hoped, sober)]
+    loss = 1.0 - goodput[0] / goodput[1]
+    assert loss > 0.1
+
+    def run(budget: float) -> tuple[list[int], int]:
+        controller = LengthController(FaserConfig(max_len=5, explore_budget=budget), window=5, cost=cost)
+        controller.tracker = AcceptanceTracker(max_len=5, prior=0.5)
+        hoping = []
+        for step in range(steps):
+            decision = controller.decide([f"{step}-{i}" for i in range(batch)])
+            controller.observe(np.zeros(batch, dtype=np.int64))
+            assert decision.lengths.tolist() in (hoped.tolist(), sober.tolist())
+            hoping.append(decision.lengths.tolist() == hoped.tolist())
+        return hoping, controller.counters.exploration_held
+
+    unlimited, held = run(1.0)
+    assert all(unlimited) and held == 0
+    budget = 0.05
+    limited, held = run(budget)
+    assert 1 <= sum(limited) <= (EXPLORE_CREDIT_CAP + budget * steps) / loss + 1e-9, limited
+    assert held == steps - sum(limited)
+    assert any(limited[steps // 2:])  # exploration goes on as the credit refills, it does not stop for good
