@@ -74,9 +74,6 @@ KNOBS: tuple[Knob, ...] = (
          "estimate starts from (fading as its own observations accrue)"),
     Knob("explore", "float", 1.0, 0.0, 4.0, "optimism for draft positions a request has seldom tried (a UCB bonus "
          "in standard deviations; 0 = the posterior mean only)"),
-    Knob("explore_budget", "float", 0.05, 0.0, 1.0, "share of goodput (under the posterior means) exploration may "
-         "cost on average: an optimistic plan that loses more than the credit saved up gives way to the means' own "
-         "optimum; 1 = no limit"),
     Knob("latency_weight", "float", 4.0, 1.0, 100.0, "how much a latency_class=critical request's tokens count "
          "in the goodput objective, relative to the others'"),
     Knob("uniform_margin", "float", 0.25, 0.0, 10.0, "how much more goodput per-request lengths must expect than "

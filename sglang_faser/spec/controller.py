@@ -18,9 +18,6 @@ a one-off stall), the measured draft, draft-extend and verify times of the other
 (the verify side also gets dummy passes before the first step, engine/profiler.py). After that there is no
 exploration cadence: the acceptance posteriors are optimistic where evidence is thin (spec/acceptance.py), which
 is what moves lengths up, and the online cost samples of every depth the policy picks keep the model current.
-What that optimism may cost is bounded (``explore_budget``): a plan chosen on hope runs only while the goodput it
-loses under the posterior means stays within the credit the budget has saved up; otherwise the means' own optimum
-runs.
 """
 
 from __future__ import annotations
@@ -31,14 +28,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sglang_faser.spec.acceptance import AcceptanceTracker, expected_tokens
+from sglang_faser.spec.acceptance import AcceptanceTracker
 from sglang_faser.spec.config import FaserConfig, Mode
 from sglang_faser.spec.cost_model import DRAFT, VERIFY, StepCostModel
 from sglang_faser.spec.policy import StepPlan, evaluate, make_policy
 
 MAX_PENDING_STEPS = 4  # decided steps awaiting their verify result; the overlap scheduler needs 2
 RESUME_HORIZON = 8  # steps of drafting a request's catch-up is spread over (it pays for those, not one)
-EXPLORE_CREDIT_CAP = 1.0  # the most exploration credit saved up: one step's whole goodput (a probe at batch 1)
 PARKED_RECHECK = 4  # a batch parked at length 0 is decided again every this many steps (its estimates move by a
 # step's decay in between, and a decision costs about a tenth of a small batch's step on CPU)
 
@@ -71,7 +67,6 @@ class LengthCounters:
     extend_skipped_requests: int = 0  # requests with k_i = 0 left out of a draft-extend that others ran
     catch_up_rows: int = 0  # draft rows computed to catch up after either
     unobserved: int = 0  # decided steps dropped unobserved because MAX_PENDING_STEPS were already waiting
-    exploration_held: int = 0  # steps whose optimistic plan cost more than the exploration budget had saved up
     length_histogram: list[int] = field(default_factory=list)
     proposed_by_position: list[int] = field(default_factory=list)  # [j]: drafts proposed at position j + 1
     accepted_by_position: list[int] = field(default_factory=list)  # [j]: of those, accepted
@@ -110,7 +105,6 @@ class LengthController:
         self._pending: deque[tuple[list[str], np.ndarray]] = deque()  # decided steps, oldest first
         self._parked: tuple[tuple, StepDecision, int] | None = None  # (the step's inputs, its decision, steps left)
         self.calibration_steps = calibration_sweeps * (window + 1)
-        self._credit = EXPLORE_CREDIT_CAP  # goodput share exploration may still spend (see ``_within_budget``)
         self.apply_config(config)
 
     def apply_config(self, config: FaserConfig) -> None:
@@ -124,7 +118,6 @@ class LengthController:
         self.min_len = min(config.min_len, self.max_len)
         fixed = config.fixed_len if config.fixed_len is not None else self.max_len
         self.policy = make_policy(config.mode.value, fixed, config.uniform_margin)
-        self.sober_policy = make_policy(config.mode.value, fixed, config.uniform_margin)  # on posterior means
         self._parked = None
 
     def decide(self, rids: list[str], caps: np.ndarray | None = None, padded: bool = False,
@@ -160,7 +153,7 @@ class LengthController:
         if floors is not None:
             mins = np.maximum(mins, np.asarray(floors, dtype=np.int64))
         mins = np.minimum(mins, limit)
-        means, probs = self.tracker.estimates(rids)
+        probs = self.tracker.accept_probs(rids)
         weights = None if critical is None else np.where(critical, self.config.latency_weight, 1.0)
         resume = None if backlog is None else self.cost.catch_up_ms(backlog) / RESUME_HORIZON
         plan = self.policy.plan(probs, limit, mins, self.cost, uniform=uniform, weights=weights, context=context,
@@ -172,8 +165,6 @@ class LengthController:
             if (plan.lengths > limits).any():
                 lengths = np.maximum(np.minimum(plan.lengths, limits), mins)
                 plan = StepPlan(lengths, *evaluate(probs, lengths, self.cost, uniform, context, resume))
-        if self.config.mode is Mode.ADAPTIVE:
-            plan = self._within_budget(plan, means, probs, limit, mins, uniform, weights, context, resume)
         lengths = plan.lengths
         c = self.counters
         calibration = self.calibrating and not padded and self.config.mode is Mode.ADAPTIVE
@@ -187,40 +178,6 @@ class LengthController:
         parks = not calibration and not lengths.any()
         self._parked = (shape, decision, PARKED_RECHECK - 1) if parks else None
         return decision
-
-    def _within_budget(self, plan: StepPlan, means: np.ndarray, probs: np.ndarray, limit: np.ndarray,
-                       mins: np.ndarray, uniform: bool, weights, context: int, resume) -> StepPlan:
-        """The optimistic plan, or the posterior means' own optimum when exploring costs more than the budget has
-        saved up. Exploration's price is the goodput the optimistic plan loses under the means (a share of the
-        means' optimum); every decided step adds ``explore_budget`` to what may be spent, at most
-        ``EXPLORE_CREDIT_CAP`` saved. Without it, many new requests at once (a burst) each looked sure along their
-        whole chain, their optimism compounded into the step's depth, and the batch drafted deep on hope."""
-        budget = self.config.explore_budget
-        if budget >= 1.0 or self.calibrating:
-            return plan
-        self._credit = min(self._credit + budget, EXPLORE_CREDIT_CAP)
-        if not plan.lengths.any() or np.array_equal(means, probs):
-            return plan  # nothing drafted (nothing spent), or nothing optimistic
-        sober = self.sober_policy.plan(means, limit, mins, self.cost, uniform=uniform, weights=weights,
-                                       context=context, resume_ms=resume)
-        if np.array_equal(sober.lengths, plan.lengths):
-            return plan
-        hoped = self._goodput(means, plan.lengths, weights, uniform, context, resume)
-        best = self._goodput(means, sober.lengths, weights, uniform, context, resume)
-        loss = max(1.0 - hoped / best, 0.0) if best > 0 else 0.0
-        if loss <= self._credit:
-            self._credit -= loss
-            return plan
-        self.counters.exploration_held += 1
-        return sober
-
-    def _goodput(self, probs: np.ndarray, lengths: np.ndarray, weights, uniform: bool, context: int,
-                 resume) -> float:
-        """Weighted expected tokens per ms of ``lengths`` under ``probs`` (the policy's objective)."""
-        tokens = expected_tokens(probs, lengths)
-        if weights is not None:
-            tokens = tokens * weights
-        return float(tokens.sum()) / max(evaluate(probs, lengths, self.cost, uniform, context, resume)[1], 1e-9)
 
     def _enqueue(self, rids: list[str], lengths: np.ndarray) -> None:
         """A decided step: queued for its acceptance (``observe``) and counted."""
