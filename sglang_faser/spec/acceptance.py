@@ -113,8 +113,12 @@ class AcceptanceTracker:
         return mean, np.sqrt(mean * (1.0 - mean) / (n + 1.0))
 
     def accept_probs(self, rids: list[str]) -> np.ndarray:
-        """[B, max_len] estimates for decisions: the posterior mean, plus explore x sd x sqrt(1 + ln(1 + idle))
-        at the first position the request has less than one (decayed) observation of (at every position of a
+        """[B, max_len] the optimistic estimates decisions use (``estimates``' second half)."""
+        return self.estimates(rids)[1]
+
+    def estimates(self, rids: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """([B, max_len] posterior means, [B, max_len] the estimates for decisions): the means, plus explore x sd x
+        sqrt(1 + ln(1 + idle)) at the first position the request has less than one (decayed) observation of (at every position of a
         request never tried), idle the steps since that position was last observed: optimism for one position past
         what it has tried lately, never for what it has just seen (a bonus on every position compounds along the
         chain into far too long drafts), growing like UCB's with the time it has gone untried, so a request that a
@@ -128,7 +132,7 @@ class AcceptanceTracker:
         untried = self._counts[2, rows, :1] == 0
         probe = seldom & ((np.cumsum(seldom, axis=1) == 1) | untried)
         bonus = self.explore * sd * np.sqrt(1.0 + np.log1p(self._idle[rows]))
-        return np.clip(mean + np.where(probe, bonus, 0.0), 0.0, 1.0)
+        return mean, np.clip(mean + np.where(probe, bonus, 0.0), 0.0, 1.0)
 
     def probe_limits(self, rids: list[str]) -> np.ndarray:
         """[B] the longest length worth running for information: a request whose last probes failed at its first

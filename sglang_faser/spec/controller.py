@@ -35,6 +35,7 @@ from sglang_faser.spec.policy import StepPlan, evaluate, make_policy
 
 MAX_PENDING_STEPS = 4  # decided steps awaiting their verify result; the overlap scheduler needs 2
 RESUME_HORIZON = 8  # steps of drafting a request's catch-up is spread over (it pays for those, not one)
+EXPLORED_PER_STEP = 1  # requests a step's decision may see optimistically (the rest at their posterior means)
 PARKED_RECHECK = 4  # a batch parked at length 0 is decided again every this many steps (its estimates move by a
 # step's decay in between, and a decision costs about a tenth of a small batch's step on CPU)
 
@@ -153,7 +154,7 @@ class LengthController:
         if floors is not None:
             mins = np.maximum(mins, np.asarray(floors, dtype=np.int64))
         mins = np.minimum(mins, limit)
-        probs = self.tracker.accept_probs(rids)
+        probs = _explore_few(*self.tracker.estimates(rids), EXPLORED_PER_STEP)
         weights = None if critical is None else np.where(critical, self.config.latency_weight, 1.0)
         resume = None if backlog is None else self.cost.catch_up_ms(backlog) / RESUME_HORIZON
         plan = self.policy.plan(probs, limit, mins, self.cost, uniform=uniform, weights=weights, context=context,
@@ -269,3 +270,20 @@ class LengthController:
             "draft_mape": cost.mean_abs_pct_error(DRAFT),
             "accept_by_position": [round(float(a), 3) for a in self.tracker.global_accept_by_position],
         }
+
+
+def _explore_few(means: np.ndarray, hopes: np.ndarray, count: int) -> np.ndarray:
+    """The estimates a step decides on: the optimistic ones for the ``count`` requests whose optimism adds most
+    (ties: the first), the posterior means for the rest. Optimism on every request of a batch at once compounds:
+    on the mixed workload at 32 concurrent requests, steps drafted 5-6 tokens a request on the hopes of many
+    parked or new requests (0.70-0.74 tokens/ms against 0.88 expected), and FASER ran at 0.75-0.85x of its own
+    posterior-mean-only decisions; one request explored a step still probes each in turn."""
+    if len(means) <= count:
+        return hopes
+    lift = (hopes - means).sum(axis=1)
+    if np.count_nonzero(lift) <= count:
+        return hopes
+    keep = np.argsort(-lift, kind="stable")[:count]
+    out = means.copy()
+    out[keep] = hopes[keep]
+    return out
