@@ -63,7 +63,7 @@ def run_config(name: str, flags: list[str], args, workloads: dict, progress) -> 
         for arrivals, by_rate in workloads.items():
             for rate, requests in by_rate.items():
                 before = telemetry.read_counters(server.url)
-                results, wall = drive(server.url, requests, progress)
+                results, wall = drive(server.url, requests, progress, max_concurrency=args.max_concurrency)
                 delta = telemetry.counters_delta(before, telemetry.read_counters(server.url))
                 row = metrics.summarise(results, wall, delta)
                 row["load_avg_1m"] = os.getloadavg()[0]  # a shared machine's other work shows up here
@@ -98,7 +98,9 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer configurations, rates and requests")
     parser.add_argument("--configs", nargs="*", help="names to run (default: all, or the quick set)")
-    parser.add_argument("--rates", nargs="*", type=float, help="request rates (req/s)")
+    parser.add_argument("--rates", nargs="*", type=float, help="request rates (req/s; inf: all at once)")
+    parser.add_argument("--max-concurrency", type=int, help="at most this many requests in flight (as SGLang's "
+                        "bench_serving); with --rates inf a steady batch of this size")
     parser.add_argument("--requests", type=int, help="requests per rate")
     parser.add_argument("--max-new-tokens", type=int, default=None)
     parser.add_argument("--arrivals", nargs="*", choices=["poisson", "gamma"],
@@ -186,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         metrics.check_lossless(table)  # greedy speculation must not change a token (synthetic runs excepted)
     meta = {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
             "arrivals": list(workloads), "prompts": args.prompts, "gamma_cv": args.cv, "requests_per_rate": n,
-            "max_new_tokens": max_new, "repeats": args.repeats,
+            "max_new_tokens": max_new, "repeats": args.repeats, "max_concurrency": args.max_concurrency,
             "algorithm": args.algorithm, "window": args.window, "model": args.model_path or "embedded default",
             "server_args": args.server_arg, "synthetic_acceptance": args.synthetic, "failed_configs": failed_configs,
             "minutes": round((time.time() - began) / 60, 1)}

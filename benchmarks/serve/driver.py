@@ -30,8 +30,16 @@ class Result:
         return (self.e2e - self.ttft) / (self.output_tokens - 1) if self.output_tokens > 1 else 0.0
 
 
-async def _one(session, url: str, request: Request, start: float, progress) -> Result:
+async def _one(session, url: str, request: Request, start: float, progress, slots: asyncio.Semaphore | None
+               ) -> Result:
     await asyncio.sleep(max(0.0, start + request.at - time.perf_counter()))
+    if slots is None:
+        return await _send(session, url, request, progress)
+    async with slots:  # at most that many in flight: arrivals wait for a slot (bench_serving's --max-concurrency)
+        return await _send(session, url, request, progress)
+
+
+async def _send(session, url: str, request: Request, progress) -> Result:
     sent = time.perf_counter()
     body = {"text": request.prompt, "stream": True,
             "sampling_params": {"temperature": request.temperature, "max_new_tokens": request.max_new_tokens,
@@ -67,14 +75,18 @@ async def _one(session, url: str, request: Request, start: float, progress) -> R
     return result
 
 
-async def _run(url: str, requests: list[Request], progress, timeout_s: float) -> tuple[list[Result], float]:
+async def _run(url: str, requests: list[Request], progress, timeout_s: float,
+               max_concurrency: int | None) -> tuple[list[Result], float]:
     timeout = aiohttp.ClientTimeout(total=timeout_s)
+    slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     async with aiohttp.ClientSession(timeout=timeout) as session:
         start = time.perf_counter()
-        results = await asyncio.gather(*(_one(session, url, r, start, progress) for r in requests))
+        results = await asyncio.gather(*(_one(session, url, r, start, progress, slots) for r in requests))
         return list(results), time.perf_counter() - start
 
 
-def drive(url: str, requests: list[Request], progress=None, timeout_s: float = 1800.0) -> tuple[list[Result], float]:
-    """Results in request order, and the wall time of the whole run."""
-    return asyncio.run(_run(url, requests, progress, timeout_s))
+def drive(url: str, requests: list[Request], progress=None, timeout_s: float = 1800.0,
+          max_concurrency: int | None = None) -> tuple[list[Result], float]:
+    """Results in request order, and the wall time of the whole run; ``max_concurrency``: at most that many
+    requests in flight (with ``rate = inf``, a closed loop: a steady batch of that size until the queue drains)."""
+    return asyncio.run(_run(url, requests, progress, timeout_s, max_concurrency))

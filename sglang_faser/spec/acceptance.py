@@ -40,6 +40,9 @@ The estimate is a Beta posterior per request and position, learnt both ways:
   requests parked by load were later drafted deep, and the mixed workload lost up to 6 % at 16-64 req/s). A
   request whose last probes failed at the first draft (in back-off) is probed one draft deep whatever its
   optimism says (``probe_limits``): one draft tells as much as five and costs a fifth.
+  A step's decision takes the optimistic estimates of one request only, the one whose optimism adds most
+  (``estimates`` gives means and optimistic estimates; controller.py ``_explore_few``): optimism on a whole batch
+  at once compounded into deep steps drafted on hope.
 
 All updates are vectorised over the batch: one call per verify step, no Python loop per request.
 """

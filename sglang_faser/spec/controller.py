@@ -18,6 +18,8 @@ a one-off stall), the measured draft, draft-extend and verify times of the other
 (the verify side also gets dummy passes before the first step, engine/profiler.py). After that there is no
 exploration cadence: the acceptance posteriors are optimistic where evidence is thin (spec/acceptance.py), which
 is what moves lengths up, and the online cost samples of every depth the policy picks keep the model current.
+A step decides on the optimistic estimates of one request only (``EXPLORED_PER_STEP``), the posterior means of the
+rest: each request is probed in turn, and the hopes of a whole batch do not add up to a deep step.
 """
 
 from __future__ import annotations

@@ -150,3 +150,55 @@ def test_lossless_check_counts_outputs_equal_to_no_spec_and_drops_the_texts():
     assert table["faser"]["4.0"]["same_output_as_no_spec"] == "2/3"
     assert table["no-spec"]["4.0"]["same_output_as_no_spec"] == "3/3"
     assert all("outputs" not in r for runs in table.values() for r in runs.values())
+
+
+def test_max_concurrency_bounds_the_requests_in_flight():
+    """A stand-in /generate that streams one chunk after a short wait and counts how many requests it holds."""
+    import asyncio
+    import json
+    import threading
+
+    from aiohttp import web
+
+    from benchmarks.serve.driver import drive
+
+    state = {"now": 0, "most": 0}
+
+    async def generate(request):
+        state["now"] += 1
+        state["most"] = max(state["most"], state["now"])
+        response = web.StreamResponse()
+        await response.prepare(request)
+        await asyncio.sleep(0.05)
+        chunk = {"text": "x", "meta_info": {"completion_tokens": 1}}
+        await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\ndata: [DONE]\n\n")
+        state["now"] -= 1
+        return response
+
+    loop, ready = asyncio.new_event_loop(), threading.Event()
+    app = web.Application()
+    app.router.add_post("/generate", generate)
+    runner = web.AppRunner(app)
+
+    def serve():
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        loop.run_until_complete(site.start())
+        state["port"] = site._server.sockets[0].getsockname()[1]
+        ready.set()
+        loop.run_forever()
+
+    threading.Thread(target=serve, daemon=True).start()
+    assert ready.wait(10)
+    url = f"http://127.0.0.1:{state['port']}"
+    requests = workload.build(10, float("inf"), "poisson", 1)
+    try:
+        results, _ = drive(url, requests, max_concurrency=3)
+        assert all(r.ok for r in results) and state["most"] == 3
+        state["most"] = 0
+        drive(url, requests)
+        assert state["most"] == 10
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)

@@ -216,3 +216,29 @@ def test_a_parked_batch_is_decided_again_every_few_steps_and_a_new_request_at_on
     controller.decide(["a", "b"])  # a new request joined
     controller.decide(["a", "b"], floors=np.array([0, 1]))  # or the same requests ask for something else
     assert len(plans) == 4
+
+
+def test_optimism_goes_to_one_request_a_step():
+    """Sixteen new requests, each optimistic along its whole chain: on their hopes every one drafts 3, on their
+    posterior means 1. The step decides on the means but for one request (optimism on all at once compounded into
+    deep steps drafted on hope), the one whose optimism adds most; ties go to the first."""
+    from sglang_faser.spec.controller import _explore_few
+    from sglang_faser.spec.policy import GoodputPolicy
+
+    cost = StepCostModel(verify_coef=[2.0, 0.05, 0.05, 0.0], draft_coef=[0.1, 0.1, 0.02, 0.2, 0.01])
+    rids = [f"r{i}" for i in range(16)]
+    means, hopes = AcceptanceTracker(max_len=5, prior=0.5).estimates(rids)
+    caps, mins = np.full(16, 5), np.zeros(16, dtype=np.int64)
+    plan = GoodputPolicy(FaserConfig().uniform_margin).plan
+    assert plan(hopes, caps, mins, cost).lengths.tolist() == [3] * 16
+    assert plan(means, caps, mins, cost).lengths.tolist() == [1] * 16
+    controller = LengthController(FaserConfig(max_len=5), window=5, cost=cost)
+    controller.tracker = AcceptanceTracker(max_len=5, prior=0.5)
+    assert controller.decide(rids).lengths.tolist() == [1] * 16
+
+    seen = _explore_few(means, hopes, 1)
+    assert np.flatnonzero((seen != means).any(axis=1)).tolist() == [0]
+    np.testing.assert_array_equal(seen[0], hopes[0])
+    hopes[5, 1:] = 1.0  # request 5's optimism adds most
+    assert np.flatnonzero((_explore_few(means, hopes, 1) != means).any(axis=1)).tolist() == [5]
+    np.testing.assert_array_equal(_explore_few(means[:1], hopes[:1], 1), hopes[:1])  # alone: all its optimism
