@@ -3,6 +3,7 @@
     python benchmarks/serve_bench.py --quick          # CPU smoke run (< 15 min on 2 cores)
     python benchmarks/serve_bench.py                  # every configuration, Poisson and Gamma arrivals, 4 rates
     python benchmarks/serve_bench.py --trace t.jsonl  # replay a trace instead of generated arrivals
+    python benchmarks/serve_bench.py --rates inf --max-concurrency 32  # a steady batch of 32 until the queue drains
 
 Configurations (``benchmarks/serve/configs.py``): no speculation; fixed lengths 1, 3, 5, 7 (stock SGLang,
 ``--faser-mode stock``); SGLang's own ``--speculative-adaptive``; FASER (goodput policy, window 7); FASER with

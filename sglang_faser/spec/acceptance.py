@@ -121,12 +121,12 @@ class AcceptanceTracker:
 
     def estimates(self, rids: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """([B, max_len] posterior means, [B, max_len] the estimates for decisions): the means, plus explore x sd x
-        sqrt(1 + ln(1 + idle)) at the first position the request has less than one (decayed) observation of (at every position of a
-        request never tried), idle the steps since that position was last observed: optimism for one position past
-        what it has tried lately, never for what it has just seen (a bonus on every position compounds along the
-        chain into far too long drafts), growing like UCB's with the time it has gone untried, so a request that a
-        pessimistic server-wide estimate holds at length 0 is still tried, after a number of steps that grows with
-        how dear a probe is."""
+        sqrt(1 + ln(1 + idle)) at the first position the request has less than one (decayed) observation of (at
+        every position of a request never tried), idle the steps since that position was last observed: optimism
+        for one position past what it has tried lately, never for what it has just seen (a bonus on every position
+        compounds along the chain into far too long drafts), growing like UCB's with the time it has gone untried,
+        so a request that a pessimistic server-wide estimate holds at length 0 is still tried, after a number of
+        steps that grows with how dear a probe is."""
         rows = self.rows_for(rids)
         mean, sd = self.posterior(rids)
         seldom = self._counts[0, rows] + self._counts[1, rows] < 1.0
