@@ -279,7 +279,7 @@ def _explore_few(means: np.ndarray, hopes: np.ndarray, count: int) -> np.ndarray
     (ties: the first), the posterior means for the rest. Optimism on every request of a batch at once compounds:
     on the mixed workload at 32 concurrent requests, steps drafted 5-6 tokens a request on the hopes of many
     parked or new requests (0.70-0.74 tokens/ms against 0.88 expected), and FASER ran at 0.75-0.85x of its own
-    posterior-mean-only decisions; one request explored a step still probes each in turn."""
+    posterior-mean-only decisions (one closed-loop run); one request explored a step still probes each in turn."""
     if len(means) <= count:
         return hopes
     lift = (hopes - means).sum(axis=1)

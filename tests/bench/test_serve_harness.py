@@ -185,7 +185,7 @@ def test_max_concurrency_bounds_the_requests_in_flight():
         loop.run_until_complete(runner.setup())
         site = web.TCPSite(runner, "127.0.0.1", 0)
         loop.run_until_complete(site.start())
-        state["port"] = site._server.sockets[0].getsockname()[1]
+        state["port"] = runner.addresses[0][1]
         ready.set()
         loop.run_forever()
 
