@@ -106,7 +106,7 @@ class FaserEngine:
         # draft (with frontiers: finished frontiers verified between draft forwards); a step where nobody drafts
         # is the target's plain decode where SGLang allows it, else a one-row verify
         plain = decision.depth == 0 and sgl.plain_decode_supported(self.worker, batch)
-        verifier = None if plain else self._verifier(view, decision, phases)
+        verifier = None if plain else self._verifier(batch, view, decision, phases)
         draft_began = time.perf_counter()
         catch_up_ms = 0.0
         if plain:
@@ -142,7 +142,7 @@ class FaserEngine:
         # requests that drafted nothing (k_i = 0): they catch up when they draft again, and a step where nobody
         # drafted runs no draft model at all
         sgl.publish(on_publish, result)
-        skipped = [i for i, k in enumerate(decision.lengths) if k == 0]
+        skipped = np.flatnonzero(decision.lengths == 0).tolist()
         if skipped:  # their rows wait in the backlog
             self.backlog.record(view.rids, skipped, *sgl.skipped_rows(self.worker, result, roots, width, skipped))
         else:
@@ -215,7 +215,7 @@ class FaserEngine:
         ended, _, after_decode = last
         return [("schedule", ended, began)], (began - ended) * 1e3 if after_decode else 0.0
 
-    def _verifier(self, view, decision: StepDecision, phases: list) -> RaggedVerifier | None:
+    def _verifier(self, batch, view, decision: StepDecision, phases: list) -> RaggedVerifier | None:
         """Ragged, frontier-chunked verification with early pruning (None: SGLang's single pass)."""
         if self.verify_path != "ragged" or sgl.target_call_wrapped(self.worker):
             return None
@@ -228,8 +228,8 @@ class FaserEngine:
 
         target_forward = sgl.target_forward(self.worker)
         rows = (decision.depth if self.tiers is not None else self.window) + 1
-        return RaggedVerifier(target_forward, decision.lengths, view.prunable, self.config.frontier_size, rows,
-                              on_pass=on_pass)
+        return RaggedVerifier(target_forward, decision.lengths, sgl.prunable_requests(batch),
+                              self.config.frontier_size, rows, on_pass=on_pass)
 
     # -- record ----------------------------------------------------------------------------------------------
     def _record(self, decision, cut: DraftCut, verifier, width: int, phases, began, verify_began, verify_ended,
@@ -247,15 +247,18 @@ class FaserEngine:
         else:  # SGLang's single pass of ``width`` rows a request (or the plain decode's one)
             controller.record_verification(bs * width, 0, 0)
             verify_ms = (verify_ended - verify_began) * 1e3
-            controller.record_phase(VERIFY, bs, bs * width, verify_ms, context=context)
         # the rest of the step, with the scheduler's host work since the last step, is the draft side's: a
         # per-step cost that longer drafts amortise (a catch-up is a one-off per resumption and stays out of it)
         total_ms = (ended - began) * 1e3
         draft_ms = max(total_ms - verify_ms - catch_up_ms, 0.0) + host_ms
-        drafting = int(np.count_nonzero(decision.lengths))
-        controller.record_phase(DRAFT, bs, decision.depth, draft_ms, rows=cut.rows, drafting=drafting)
-        verify_rows = verifier.stats.planned_rows if verifier is not None else bs * width
-        controller.record_step(bs, verify_rows, decision.depth, cut.rows, drafting, context, verify_ms + draft_ms)
+        if not decision.held:  # a held parked step repeats the shape its deciding step sampled: no sample
+            if verifier is None:
+                controller.record_phase(VERIFY, bs, bs * width, verify_ms, context=context)
+            drafting = int(np.count_nonzero(decision.lengths))
+            controller.record_phase(DRAFT, bs, decision.depth, draft_ms, rows=cut.rows, drafting=drafting)
+            verify_rows = verifier.stats.planned_rows if verifier is not None else bs * width
+            controller.record_step(bs, verify_rows, decision.depth, cut.rows, drafting, context,
+                                   verify_ms + draft_ms)
         if self.trace is not None:
             self.trace.write(decision, controller, verify_ms=verify_ms, draft_ms=draft_ms, catch_up_ms=catch_up_ms,
                              host_ms=host_ms, step_ms=total_ms)

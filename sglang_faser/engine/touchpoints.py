@@ -257,7 +257,6 @@ class StepBatch:
 
     rids: list
     controls: list  # each request's ``custom_params`` (checked in the HTTP process)
-    prunable: np.ndarray  # [B] bool: acceptance is a plain argmax check, so an early rejection is final
     context_lens: np.ndarray  # [B] each request's committed length: the context its verify rows attend to
 
 
@@ -300,13 +299,13 @@ def step_batch(batch) -> StepBatch:
     return StepBatch(
         rids=[req.rid for req in batch.reqs],
         controls=[req.sampling_params.custom_params for req in batch.reqs],
-        prunable=_prunable_requests(batch),
         context_lens=(batch.seq_lens_cpu if batch.seq_lens_cpu is not None else batch.seq_lens.cpu()).numpy(),
     )
 
 
-def _prunable_requests(batch) -> np.ndarray:
-    """Requests whose acceptance is a plain argmax check (greedy; no grammar, penalties, bias or watermark)."""
+def prunable_requests(batch) -> np.ndarray:
+    """[B] bool: requests whose acceptance is a plain argmax check (greedy; no grammar, penalties, bias or
+    watermark), so an early rejection is final."""
     bs = len(batch.reqs)
     info = batch.sampling_info
     modified = info is None or batch.has_grammar or getattr(info, "has_watermark_candidates", False) or any(

@@ -38,8 +38,9 @@ from sglang_faser.spec.policy import StepPlan, evaluate, make_policy
 MAX_PENDING_STEPS = 4  # decided steps awaiting their verify result; the overlap scheduler needs 2
 RESUME_HORIZON = 8  # steps of drafting a request's catch-up is spread over (it pays for those, not one)
 EXPLORED_PER_STEP = 1  # requests a step's decision may see optimistically (the rest at their posterior means)
-PARKED_RECHECK = 4  # a batch parked at length 0 is decided again every this many steps (its estimates move by a
-# step's decay in between, and a decision costs about a tenth of a small batch's step on CPU)
+PARKED_RECHECK = 4  # a batch parked at length 0 is decided again after this many steps (its estimates move by a
+# step's decay in between, and a decision costs about a tenth of a small batch's step on CPU) ...
+PARKED_HOLD_MAX = 16  # ... and after twice as many each time the same batch parks again, up to this many
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class StepDecision:
     calibration: bool  # a step of the start-up sweep
     expected_tokens: float = 0.0  # what the policy expected of its plan (a calibration step runs other lengths)
     expected_ms: float = 0.0
+    held: bool = False  # a parked batch's decision reused without deciding again
 
 
 @dataclass
@@ -106,7 +108,8 @@ class LengthController:
         self.cost = cost or StepCostModel()
         self.counters = LengthCounters()
         self._pending: deque[tuple[list[str], np.ndarray]] = deque()  # decided steps, oldest first
-        self._parked: tuple[tuple, StepDecision, int] | None = None  # (the step's inputs, its decision, steps left)
+        # a parked batch: (the step's inputs, its decision as held, steps it is held still, steps of the last hold)
+        self._parked: tuple[tuple, StepDecision, int, int] | None = None
         self.calibration_steps = calibration_sweeps * (window + 1)
         self.apply_config(config)
 
@@ -136,16 +139,21 @@ class LengthController:
         ``padded``: the worker verifies the full window whatever the lengths (no depth tiers available).
         ``uniform``: the verify backend gives every request the same rows, so the policy gives every request the
         same length (up to the per-request caps and floors).
-        A batch the policy parked at length 0 keeps that decision for ``PARKED_RECHECK`` - 1 more steps while it
-        is the same batch (a new request or a new policy decides at once).
+        A batch the policy parked at length 0 keeps that decision (``held``) for ``PARKED_RECHECK`` - 1 more steps
+        while it is the same batch, twice as many after each decision that parks it again (up to
+        ``PARKED_HOLD_MAX``): a parked step's own cost is a plain decode, and deciding it each time cost a CPU
+        decode step of a small batch 4-5 %. A new request or a new policy decides at once.
         """
         shape = (list(rids), padded, uniform, *(None if a is None else np.asarray(a).tobytes()
                                                  for a in (caps, floors, critical)))
-        parked = self._parked
-        if parked is not None and parked[2] > 0 and parked[0] == shape:  # the same batch, still parked
-            self._parked = (shape, parked[1], parked[2] - 1)
-            self._enqueue(rids, parked[1].lengths)
-            return parked[1]
+        parked, hold = self._parked, PARKED_RECHECK
+        if parked is not None and parked[0] == shape:  # the same batch, still parked
+            _, held, left, hold = parked
+            if left > 0:
+                self._parked = (shape, held, left - 1, hold)
+                self._enqueue(rids, held.lengths)
+                return held
+            hold = min(2 * hold, PARKED_HOLD_MAX)
         batch = len(rids)
         limit = np.full(batch, self.max_len, dtype=np.int64)
         if caps is not None:
@@ -179,7 +187,7 @@ class LengthController:
         self._enqueue(rids, lengths)
         decision = StepDecision(lengths, depth, calibration, plan.expected_tokens, plan.expected_ms)
         parks = not calibration and not lengths.any()
-        self._parked = (shape, decision, PARKED_RECHECK - 1) if parks else None
+        self._parked = (shape, dataclasses.replace(decision, held=True), hold - 1, hold) if parks else None
         return decision
 
     def _enqueue(self, rids: list[str], lengths: np.ndarray) -> None:

@@ -218,6 +218,27 @@ def test_a_parked_batch_is_decided_again_every_few_steps_and_a_new_request_at_on
     assert len(plans) == 4
 
 
+def test_a_batch_that_parks_again_is_held_twice_as_long_up_to_a_bound():
+    """Deciding a parked batch again costs a CPU decode step of a small batch 4-5 %: each decision that parks the
+    same batch again holds it twice as long (4, 8, 16, 16, ... steps); held steps say so (they add no cost
+    sample), deciding steps do not."""
+    from sglang_faser.spec.controller import PARKED_HOLD_MAX, PARKED_RECHECK
+
+    controller = LengthController(FaserConfig(mode="off"), window=3)
+    decided = []
+    for step in range(64):
+        decision = controller.decide(["a"])
+        assert decision.lengths.tolist() == [0]
+        if not decision.held:
+            decided.append(step)
+        controller.observe([0])
+    assert PARKED_RECHECK == 4 and PARKED_HOLD_MAX == 16
+    assert decided == [0, 4, 12, 28, 44, 60]
+    assert controller.counters.steps == 64 and controller.counters.length_histogram[0] == 64
+    assert not controller.decide(["a", "b"]).held  # a new batch decides at once, and holds 4 again
+    assert [controller.decide(["a", "b"]).held for _ in range(4)] == [True, True, True, False]
+
+
 def test_optimism_goes_to_one_request_a_step():
     """Sixteen new requests, each optimistic along its whole chain: on their hopes every one drafts 3, on their
     posterior means 1. The step decides on the means but for one request (optimism on all at once compounded into

@@ -1,0 +1,41 @@
+"""What a decode step records: a held parked step (the same batch on a decision reused) counts, but adds no
+cost sample; a step the controller decided adds its verify, draft and whole-step samples."""
+
+from __future__ import annotations
+
+from sglang_faser.engine.draft_cut import DraftCut, DraftSchedule
+from sglang_faser.engine.step import FaserEngine
+from sglang_faser.spec.config import FaserConfig
+from sglang_faser.spec.controller import LengthController
+from sglang_faser.spec.cost_model import DRAFT, VERIFY
+from sglang_faser.spec.telemetry import TelemetryRecorder
+
+
+def _engine() -> FaserEngine:
+    engine = FaserEngine.__new__(FaserEngine)  # the recording half only: no SGLang worker behind it
+    engine.controller = LengthController(FaserConfig(mode="off"), window=3)
+    engine.draft_path, engine.trace, engine.metrics, engine._metrics_at = "none", None, None, 0.0
+    engine.telemetry = TelemetryRecorder()
+    return engine
+
+
+def _plain_step(engine: FaserEngine, rids: list[str]):
+    decision = engine.controller.decide(rids)
+    engine._record(decision, DraftCut(DraftSchedule(decision.lengths), 0), None, 1,
+                   [("verify", 1.0, 1.002)], 1.0, 1.0, 1.002, 1.0025, host_ms=0.4, context=40, catch_up_ms=0.0)
+    engine.controller.observe([0] * len(rids))
+    return decision
+
+
+def test_held_parked_steps_add_no_cost_sample_and_deciding_steps_do():
+    engine = _engine()
+    cost = engine.controller.cost
+    samples = lambda: (len(cost._online[VERIFY]), len(cost._online[DRAFT]), engine.controller.counters.steps)  # noqa: E731
+    decided = _plain_step(engine, ["a"])
+    assert not decided.held and samples() == (1, 1, 1)
+    for _ in range(3):
+        assert _plain_step(engine, ["a"]).held
+    assert samples() == (1, 1, 4)  # counted, not sampled
+    assert not _plain_step(engine, ["a"]).held and samples() == (2, 2, 5)
+    total = engine.telemetry.snapshot()["total"]
+    assert total["steps"] == 5 and total["length_histogram"] == [5] and total["tokens"]["verified"] == 5
