@@ -75,6 +75,7 @@ class FaserEngine:
         self.metrics = FaserMetrics.create({"worker": "faser"})
         self._metrics_at = 0.0
         self._last: tuple[float, frozenset, bool] | None = None  # last step's end, its requests, was it a decode
+        self._limits: tuple[list, tuple] = ([], ())  # the last batch's custom_params objects, and _limits_of them
         logger.info("FASER worker on %s: window=%d topk=%d depth_tiers=%s config=%s", type(worker).__mro__[2].__name__,
                     self.window, topk, "on" if self.tiers is not None else "off", self.config.to_json())
 
@@ -188,11 +189,21 @@ class FaserEngine:
             logger.warning("FASER: --faser-frontier-size %d needs the ragged verify path; this backend verifies "
                            "each step in SGLang's single pass", self.config.frontier_size)
 
+    def _limits_of(self, controls: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(caps, floors, critical) [B] from the requests' ``custom_params``; the same objects as the last step's
+        (a request keeps its own all along) give the same arrays without parsing them again."""
+        last, limits = self._limits
+        if len(last) == len(controls) and all(a is b for a, b in zip(last, controls)):
+            return limits
+        parsed = [parse_or_none(c) for c in controls]
+        limits = (np.array([self.window if c.max_len is None else c.max_len for c in parsed], dtype=np.int64),
+                  np.array([c.floor for c in parsed], dtype=np.int64),
+                  np.array([c.latency_class == "critical" for c in parsed], dtype=bool))
+        self._limits = (list(controls), limits)
+        return limits
+
     def _decide(self, view) -> StepDecision:
-        controls = [parse_or_none(c) for c in view.controls]
-        caps = np.array([self.window if c.max_len is None else c.max_len for c in controls], dtype=np.int64)
-        floors = np.array([c.floor for c in controls], dtype=np.int64)
-        critical = np.array([c.latency_class == "critical" for c in controls], dtype=bool)
+        caps, floors, critical = self._limits_of(view.controls)
         decision = self.controller.decide(view.rids, caps=caps, floors=floors, padded=self.tiers is None,
                                           uniform=self.verify_path != "ragged", critical=critical,
                                           context=int(view.context_lens.sum()),

@@ -13,7 +13,9 @@ The estimate is a Beta posterior per request and position, learnt both ways:
   fades there at ``request_rate`` / 2^b, where b counts its probes in a row whose first draft failed (capped at
   ``MAX_BACKOFF``; a probe with an accepted draft resets it). A request that failed once is probed again within
   a few steps; one whose probes keep failing waits twice as long each time, so hopeless requests cost O(log T)
-  probes instead of one every few steps (at batch 1 a probe costs more than a plain step);
+  probes instead of one every few steps (at batch 1 a probe costs more than a plain step). Such steps are only
+  counted per request, and their fading is applied in one go before the request's evidence is next read (a
+  parked batch's step is a plain decode, and fading row by row cost a small batch's CPU step 1-2 %);
 * **prior from the server and the request's other positions, one request one vote**: the posterior mean is
   (s + w c) / (s + f + w), w = ``prior_weight`` / (1 + the request's observations there so far)
   pseudo-observations and c the request's own rate over all its positions, shrunk towards g, the server-wide
@@ -71,6 +73,7 @@ class AcceptanceTracker:
         self._counts = np.zeros((3, initial_capacity, max_len))
         self._backoff = np.zeros(initial_capacity, dtype=np.int64)  # failed probes in a row, per row
         self._idle = np.zeros((initial_capacity, max_len))  # steps since each position was last observed
+        self._unfaded = np.zeros(initial_capacity)  # steps without drafts not yet applied to each row (_settle)
         self._free: list[int] = list(range(initial_capacity - 1, -1, -1))
         self._positions = np.arange(max_len)
 
@@ -90,16 +93,36 @@ class AcceptanceTracker:
                 self._counts = np.concatenate([self._counts, np.zeros_like(self._counts)], axis=1)
                 self._backoff = np.concatenate([self._backoff, np.zeros_like(self._backoff)])
                 self._idle = np.concatenate([self._idle, np.zeros_like(self._idle)])
+                self._unfaded = np.concatenate([self._unfaded, np.zeros_like(self._unfaded)])
                 self._free.extend(range(2 * old - 1, old - 1, -1))
             row = self._free.pop()
             self._counts[:, row] = 0.0
             self._backoff[row] = 0
             self._idle[row] = 0.0
+            self._unfaded[row] = 0.0
             self._rows[rid] = row
         return row
 
     def rows_for(self, rids: list[str]) -> np.ndarray:
+        """The requests' rows, their evidence up to date (``_settle``)."""
+        rows = self._lookup(rids)
+        self._settle(rows)
+        return rows
+
+    def _lookup(self, rids: list[str]) -> np.ndarray:
         return np.fromiter((self._row_of(r) for r in rids), dtype=np.int64, count=len(rids))
+
+    def _settle(self, rows: np.ndarray) -> None:
+        """Apply the rows' steps without drafts since they were last read: n such steps fade the counts by
+        (1 - request_rate / 2^b)^n and age every position by n, as n steps one by one would (b is fixed while
+        nothing is drafted)."""
+        steps = self._unfaded[rows]
+        if not steps.any():
+            return
+        keep = (1.0 - self.request_rate / 2.0 ** self._backoff[rows]) ** steps
+        self._counts[:2, rows] *= keep[None, :, None]
+        self._idle[rows] += steps[:, None]
+        self._unfaded[rows] = 0.0
 
     def posterior(self, rids: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(mean, standard deviation) [B, max_len] of each request's conditional acceptance by position."""
@@ -150,11 +173,10 @@ class AcceptanceTracker:
     def observe(self, rids: list[str], proposed: np.ndarray, accepted: np.ndarray) -> None:
         """Record one verify step: request i proposed ``proposed[i]`` drafts and ``accepted[i]`` were accepted."""
         proposed = np.minimum(np.asarray(proposed, dtype=np.int64), self.max_len)
-        rows = self.rows_for(rids)
-        if not proposed.any():  # a step without drafts (the common step of a parked batch): evidence only fades
-            self._counts[:2, rows] *= 1.0 - self.request_rate / 2.0 ** self._backoff[rows][None, :, None]
-            self._idle[rows] += 1.0
+        if not proposed.any():  # a step without drafts (the common step of a parked batch): evidence only fades,
+            self._unfaded[self._lookup(rids)] += 1.0  # when it is next read
             return
+        rows = self.rows_for(rids)
         accepted = np.minimum(np.asarray(accepted, dtype=np.int64), proposed)
         t = self._positions[None, :]
         observed = (t <= accepted[:, None]) & (t < proposed[:, None])  # accepted run plus the first rejection
@@ -172,8 +194,10 @@ class AcceptanceTracker:
 
     def forget(self, rid: str) -> None:
         """Free a finished request's row; its own acceptance joins the server-wide prior first."""
-        row = self._rows.pop(rid, None)
+        row = self._rows.get(rid)
         if row is not None:
+            self._settle(np.array([row]))
+            del self._rows[rid]
             succ, fail, ever = self._counts[:, row]
             # a position it ever tried votes with its rate there, however long ago: decay fades both counts
             # alike, so their ratio stays its rate (weighed by the decayed counts, a request parked after its

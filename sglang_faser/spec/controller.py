@@ -86,6 +86,11 @@ class LengthCounters:
             self.proposed_by_position[j] += int((lengths > j).sum())
             self.accepted_by_position[j] += int((accepted > j).sum())
 
+    def add_parked(self, requests: int) -> None:
+        if not self.length_histogram:
+            self.length_histogram.append(0)
+        self.length_histogram[0] += requests
+
     def add_lengths(self, lengths: np.ndarray) -> None:
         counts = np.bincount(lengths)
         if len(counts) > len(self.length_histogram):
@@ -199,8 +204,11 @@ class LengthController:
         self._pending.append((list(rids), lengths))
         c.steps += 1
         c.requests += len(rids)
-        c.proposed += int(lengths.sum())
-        c.add_lengths(lengths)
+        if lengths.any():
+            c.proposed += int(lengths.sum())
+            c.add_lengths(lengths)
+        else:  # a parked batch's step
+            c.add_parked(len(rids))
 
     def replace_last(self, decision: StepDecision, lengths: np.ndarray, depth: int) -> StepDecision:
         """The source rank's lengths for the step just decided: with tensor parallelism every rank runs rank 0's
@@ -220,6 +228,10 @@ class LengthController:
         if not self._pending:
             return
         rids, lengths = self._pending.popleft()
+        if not lengths.any():  # nothing drafted: nothing accepted, one token committed each
+            self.tracker.observe(rids, lengths, lengths)
+            self.counters.committed += len(rids)
+            return
         accepted = np.minimum(np.asarray(accepted, dtype=np.int64)[: len(rids)], lengths)
         self.tracker.observe(rids, lengths, accepted)
         self.counters.add_positions(lengths, accepted)

@@ -39,3 +39,14 @@ def test_held_parked_steps_add_no_cost_sample_and_deciding_steps_do():
     assert not _plain_step(engine, ["a"]).held and samples() == (2, 2, 5)
     total = engine.telemetry.snapshot()["total"]
     assert total["steps"] == 5 and total["length_histogram"] == [5] and total["tokens"]["verified"] == 5
+
+
+def test_request_limits_are_parsed_once_per_batch_of_the_same_params():
+    engine = _engine()
+    engine.window, engine._limits = 5, ([], ())
+    tight, critical = {"faser": {"max_len": 2}}, {"faser": {"latency_class": "critical"}}
+    caps, floors, urgent = engine._limits_of([None, tight, critical])
+    assert caps.tolist() == [5, 2, 5] and floors.tolist() == [0, 0, 1] and urgent.tolist() == [False, False, True]
+    assert engine._limits_of([None, tight, critical])[0] is caps  # the same objects: the same arrays
+    assert engine._limits_of([None, {"faser": {"max_len": 2}}, critical])[0] is not caps  # another request's
+    assert engine._limits_of([tight, None])[0].tolist() == [2, 5]

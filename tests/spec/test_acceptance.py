@@ -124,6 +124,13 @@ def test_a_step_without_drafts_fades_evidence_as_a_parked_row_of_a_drafting_step
         beside.observe(["p", "q", "z"], proposed=np.array([0, 0, 1]), accepted=np.array([0, 0, 1]))
     np.testing.assert_allclose(alone.accept_probs(["p", "q"]), beside.accept_probs(["p", "q"]))
     np.testing.assert_array_equal(alone.probe_limits(["p", "q"]), beside.probe_limits(["p", "q"]))
+    for _ in range(7):  # steps without drafts are applied when next read: here by a finished request's vote
+        alone.observe(["p", "q"], proposed=np.array([0, 0]), accepted=np.array([0, 0]))
+        beside.observe(["p", "q", "z"], proposed=np.array([0, 0, 1]), accepted=np.array([0, 0, 1]))
+    alone.forget("q")
+    beside.forget("q")
+    np.testing.assert_allclose(alone.global_accept_by_position, beside.global_accept_by_position)
+    np.testing.assert_allclose(alone.accept_probs(["p"]), beside.accept_probs(["p"]))
 
 
 def test_a_failing_request_drops_within_a_few_steps():
