@@ -10,7 +10,10 @@ step time, and the median over the batch is reported (``client``). The server's 
 (``server``): SGLang's decode log (``--decode-log-interval``) gives the throughput of the steps where all B requests
 ran, so B / throughput is the step time without the client's streaming (on a 2-core machine the HTTP client and
 SGLang's tokenizer processes share the cores with the step). The configurations alternate within each repeat and
-the median repeat is reported, with the ratio faser-k0 / no-spec (the goal: <= 1.05).
+the median repeat is reported, with the ratio faser-k0 / no-spec (the goal: <= 1.05). With two intra-op threads
+on two cores shared with those processes, every small op waits on the other thread and repeats spread 10-25 %;
+``OMP_NUM_THREADS=1 python benchmarks/k0_step_cost.py`` (both servers inherit it, recorded in the JSON) measures
+steadier and faster steps for both.
 
 ``--fixed K`` adds the same comparison with speculation on: stock SGLang at K draft steps (``fixed-K``) against
 FASER's worker holding every request at K inside a window of 7 (``faser-fixed-K``: depth tiers, ragged verify, draft
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import sys
@@ -141,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(md))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"model": args.model_path or "embedded default", "algorithm": args.algorithm,
-            "new_tokens": args.new_tokens, "repeats": args.repeats, "statistic": "median of alternating repeats"}
+            "new_tokens": args.new_tokens, "repeats": args.repeats, "statistic": "median of alternating repeats",
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset")}  # the servers inherit it
     args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     args.out.with_suffix(".md").write_text("\n".join(md) + "\n")
     plot(rows, args.out.with_suffix(".png"))

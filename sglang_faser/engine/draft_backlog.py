@@ -56,7 +56,9 @@ class DraftBacklog:
         for j, i in enumerate(skipped):
             mine = self._rows.get(rids[i], [])
             mine.append((step, j))
-            rows[rids[i]] = mine[-self.limit:]
+            if len(mine) > self.limit:
+                del mine[0]
+            rows[rids[i]] = mine
         self._rows = rows  # requests absent from this step, or that drafted in it, hold nothing
 
     def take(self, rids: list[str], members: list[int] | None = None) -> CatchUp | None:

@@ -462,10 +462,11 @@ def skipped_rows(worker, result, roots, width: int, skipped: list[int]):
     there (indexing by a tensor copies, so a graph buffer replayed later does not change them)."""
     import torch
 
+    standalone = worker.speculative_algorithm.is_standalone()
+    if width == 1 and len(skipped) == len(roots):  # a step where nobody drafted: every row, copied
+        return roots.clone(), None if standalone else result.logits_output.hidden_states[: len(roots)].clone()
     root = torch.tensor(skipped, dtype=torch.long, device=roots.device) * width
-    features = None
-    if not worker.speculative_algorithm.is_standalone():
-        features = result.logits_output.hidden_states[root]
+    features = None if standalone else result.logits_output.hidden_states[root]
     return roots[root], features
 
 
