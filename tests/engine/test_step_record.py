@@ -27,10 +27,15 @@ def _plain_step(engine: FaserEngine, rids: list[str]):
     return decision
 
 
+def _samples(engine: FaserEngine) -> tuple[int, int, int]:
+    """(verify samples, draft samples, steps counted)."""
+    cost = engine.controller.cost
+    return len(cost._online[VERIFY]), len(cost._online[DRAFT]), engine.controller.counters.steps
+
+
 def test_held_parked_steps_add_no_cost_sample_and_deciding_steps_do():
     engine = _engine()
-    cost = engine.controller.cost
-    samples = lambda: (len(cost._online[VERIFY]), len(cost._online[DRAFT]), engine.controller.counters.steps)  # noqa: E731
+    samples = lambda: _samples(engine)  # noqa: E731
     decided = _plain_step(engine, ["a"])
     assert not decided.held and samples() == (1, 1, 1)
     for _ in range(3):
