@@ -192,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             "max_new_tokens": max_new, "repeats": args.repeats, "max_concurrency": args.max_concurrency,
             "algorithm": args.algorithm, "window": args.window, "model": args.model_path or "embedded default",
             "server_args": args.server_arg, "synthetic_acceptance": args.synthetic, "failed_configs": failed_configs,
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset"),  # the servers inherit it
             "minutes": round((time.time() - began) / 60, 1)}
     args.out_dir.mkdir(parents=True, exist_ok=True)
     stem = args.out_dir / f"serve_bench_{args.tag}"

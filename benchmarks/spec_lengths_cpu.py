@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -184,8 +185,10 @@ def batch_one(suite, args) -> None:
     finally:
         for server in servers.values():
             server.stop()
+    meta = {"repeats": args.repeats, "max_new_tokens": args.max_new_tokens,
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset")}  # the servers inherit it
     table, lines = {}, [f"# Batch 1 on CPU: one request at a time (tiny cycle pair, window {WINDOW})", "",
-                        f"{json.dumps({'repeats': args.repeats, 'max_new_tokens': args.max_new_tokens})}", ""]
+                        f"{json.dumps(meta)}", ""]
     for kind in kinds:
         rows = {}
         for name in configs:
@@ -214,8 +217,8 @@ def batch_one(suite, args) -> None:
     text = "\n".join(lines)
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "spec_lengths_cpu_batch1.json").write_text(json.dumps({"args": vars(args), "kinds": table},
-                                                                      indent=1) + "\n")
+    record = {"args": vars(args), "meta": meta, "kinds": table}
+    (RESULTS / "spec_lengths_cpu_batch1.json").write_text(json.dumps(record, indent=1) + "\n")
     (RESULTS / "spec_lengths_cpu_batch1.md").write_text(text)
     plot_batch_one(table, RESULTS / "spec_lengths_cpu_batch1.png")
 
