@@ -87,6 +87,7 @@ class LengthCounters:
             self.accepted_by_position[j] += int((accepted > j).sum())
 
     def add_parked(self, requests: int) -> None:
+        """A step of ``requests`` requests all at length 0 (``add_lengths`` without the bincount)."""
         if not self.length_histogram:
             self.length_histogram.append(0)
         self.length_histogram[0] += requests
