@@ -126,7 +126,9 @@ class AcceptanceTracker:
 
     def posterior(self, rids: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(mean, standard deviation) [B, max_len] of each request's conditional acceptance by position."""
-        rows = self.rows_for(rids)  # may grow the table: index it afterwards
+        return self._posterior(self.rows_for(rids))  # may grow the table: index it afterwards
+
+    def _posterior(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         succ, fail, seen = self._counts[:, rows]
         # the prior at each position: the request's own rate over all its positions, shrunk towards the server's
         # rate there (a request that passes every draft it tries likely passes deeper ones too)
@@ -151,7 +153,7 @@ class AcceptanceTracker:
         so a request that a pessimistic server-wide estimate holds at length 0 is still tried, after a number of
         steps that grows with how dear a probe is."""
         rows = self.rows_for(rids)
-        mean, sd = self.posterior(rids)
+        mean, sd = self._posterior(rows)
         seldom = self._counts[0, rows] + self._counts[1, rows] < 1.0
         # the first such position: probe one deeper at a time; a request never tried at all is uncertain all
         # along its chain, and one draft seldom pays alone

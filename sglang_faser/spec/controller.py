@@ -86,13 +86,12 @@ class LengthCounters:
             self.proposed_by_position[j] += int((lengths > j).sum())
             self.accepted_by_position[j] += int((accepted > j).sum())
 
-    def add_parked(self, requests: int) -> None:
-        """A step of ``requests`` requests all at length 0 (``add_lengths`` without the bincount)."""
-        if not self.length_histogram:
-            self.length_histogram.append(0)
-        self.length_histogram[0] += requests
-
     def add_lengths(self, lengths: np.ndarray) -> None:
+        if not lengths.any():  # a parked batch's step, the common one: no bincount
+            if not self.length_histogram:
+                self.length_histogram.append(0)
+            self.length_histogram[0] += len(lengths)
+            return
         counts = np.bincount(lengths)
         if len(counts) > len(self.length_histogram):
             self.length_histogram.extend([0] * (len(counts) - len(self.length_histogram)))
@@ -205,11 +204,8 @@ class LengthController:
         self._pending.append((list(rids), lengths))
         c.steps += 1
         c.requests += len(rids)
-        if lengths.any():
-            c.proposed += int(lengths.sum())
-            c.add_lengths(lengths)
-        else:  # a parked batch's step
-            c.add_parked(len(rids))
+        c.proposed += int(lengths.sum())
+        c.add_lengths(lengths)
 
     def replace_last(self, decision: StepDecision, lengths: np.ndarray, depth: int) -> StepDecision:
         """The source rank's lengths for the step just decided: with tensor parallelism every rank runs rank 0's
