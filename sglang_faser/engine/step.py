@@ -72,6 +72,7 @@ class FaserEngine:
         self.policy_version = 0
         self.telemetry = TelemetryRecorder()
         self.trace = StepTrace.from_env()  # SGLANG_FASER_STEP_TRACE: one JSON line per decode step
+        self.controller.explain = self.trace is not None  # pricing a probe-cut plan again only serves the trace
         self.metrics = FaserMetrics.create({"worker": "faser"})
         self._metrics_at = 0.0
         self._last: tuple[float, frozenset, bool] | None = None  # last step's end, its requests, was it a decode
@@ -262,7 +263,7 @@ class FaserEngine:
         # per-step cost that longer drafts amortise (a catch-up is a one-off per resumption and stays out of it)
         total_ms = (ended - began) * 1e3
         draft_ms = max(total_ms - verify_ms - catch_up_ms, 0.0) + host_ms
-        if not decision.held:  # a held parked step repeats the shape its deciding step sampled: no sample
+        if not decision.held:  # a held step repeats the shape its deciding step sampled: no sample
             if verifier is None:
                 controller.record_phase(VERIFY, bs, bs * width, verify_ms, context=context)
             drafting = int(np.count_nonzero(decision.lengths))

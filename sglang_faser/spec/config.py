@@ -79,6 +79,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("uniform_margin", "float", 0.25, 0.0, 10.0, "how much more goodput per-request lengths must expect than "
          "the best single length for the batch before they replace it (a mixed plan pays costs the model does not "
          "price: catch-ups, sub-batch draft-extends); 0 = always the exact optimum"),
+    Knob("draft_margin", "float", 0.1, 0.0, 10.0, "how much more goodput a plan that drafts must expect than no "
+         "drafts at all before it runs (its expected tokens carry exploration's hopes, and drafting pays costs the "
+         "model prices after the fact: catch-ups, depth switches); 0 = always the exact optimum"),
 )
 KNOB = {k.name: k for k in KNOBS}
 

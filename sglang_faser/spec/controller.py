@@ -38,9 +38,10 @@ from sglang_faser.spec.policy import StepPlan, evaluate, make_policy
 MAX_PENDING_STEPS = 4  # decided steps awaiting their verify result; the overlap scheduler needs 2
 RESUME_HORIZON = 8  # steps of drafting a request's catch-up is spread over (it pays for those, not one)
 EXPLORED_PER_STEP = 1  # requests a step's decision may see optimistically (the rest at their posterior means)
-PARKED_RECHECK = 4  # a batch parked at length 0 is decided again after this many steps (its estimates move by a
-# step's decay in between, and a decision costs about a tenth of a small batch's step on CPU) ...
-PARKED_HOLD_MAX = 16  # ... and after twice as many each time the same batch parks again, up to this many
+HOLD_RECHECK = 4  # a batch at its bounds (every request parked at 0 or at its cap) is decided again after this
+# many steps (its estimates move little in between, and a decision costs about a tenth of a small batch's step on
+# CPU) ...
+HOLD_MAX = 16  # ... and after twice as many each time the same batch is found at its bounds again, up to this many
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class StepDecision:
     calibration: bool  # a step of the start-up sweep
     expected_tokens: float = 0.0  # what the policy expected of its plan (a calibration step runs other lengths)
     expected_ms: float = 0.0
-    held: bool = False  # a parked batch's decision reused without deciding again
+    held: bool = False  # a decision at the batch's bounds reused without deciding again
 
 
 @dataclass
@@ -82,9 +83,12 @@ class LengthCounters:
             grow = depth - len(self.proposed_by_position)
             self.proposed_by_position.extend([0] * grow)
             self.accepted_by_position.extend([0] * grow)
+        positions = np.arange(depth)
+        proposed = np.count_nonzero(lengths[:, None] > positions, axis=0).tolist()
+        passed = np.count_nonzero(accepted[:, None] > positions, axis=0).tolist()
         for j in range(depth):
-            self.proposed_by_position[j] += int((lengths > j).sum())
-            self.accepted_by_position[j] += int((accepted > j).sum())
+            self.proposed_by_position[j] += proposed[j]
+            self.accepted_by_position[j] += passed[j]
 
     def add_lengths(self, lengths: np.ndarray) -> None:
         if not lengths.any():  # a parked batch's step, the common one: no bincount
@@ -113,9 +117,11 @@ class LengthController:
         self.cost = cost or StepCostModel()
         self.counters = LengthCounters()
         self._pending: deque[tuple[list[str], np.ndarray]] = deque()  # decided steps, oldest first
-        # a parked batch: (the step's inputs, its decision as held, steps it is held still, steps of the last hold)
-        self._parked: tuple[tuple, StepDecision, int, int] | None = None
+        # a batch held at its bounds: (the step's inputs, its decision as held, steps it is held still, steps of
+        # the last hold)
+        self._held: tuple[tuple, StepDecision, int, int] | None = None
         self.calibration_steps = calibration_sweeps * (window + 1)
+        self.explain = True  # price every decision's final plan (the step trace reports what it expected)
         self.apply_config(config)
 
     def apply_config(self, config: FaserConfig) -> None:
@@ -128,8 +134,8 @@ class LengthController:
         self.max_len = min(self.window, config.max_len if config.max_len is not None else self.window)
         self.min_len = min(config.min_len, self.max_len)
         fixed = config.fixed_len if config.fixed_len is not None else self.max_len
-        self.policy = make_policy(config.mode.value, fixed, config.uniform_margin)
-        self._parked = None
+        self.policy = make_policy(config.mode.value, fixed, config.uniform_margin, config.draft_margin)
+        self._held = None
 
     def decide(self, rids: list[str], caps: np.ndarray | None = None, padded: bool = False,
                floors: np.ndarray | None = None, uniform: bool = False,
@@ -144,21 +150,23 @@ class LengthController:
         ``padded``: the worker verifies the full window whatever the lengths (no depth tiers available).
         ``uniform``: the verify backend gives every request the same rows, so the policy gives every request the
         same length (up to the per-request caps and floors).
-        A batch the policy parked at length 0 keeps that decision (``held``) for ``PARKED_RECHECK`` - 1 more steps
-        while it is the same batch, twice as many after each decision that parks it again (up to
-        ``PARKED_HOLD_MAX``): a parked step's own cost is a plain decode, and deciding it each time cost a CPU
-        decode step of a small batch 4-5 %. A new request or a new policy decides at once.
+        A decision with every request at a bound, parked at length 0 or drafting its cap, is one that new evidence
+        can only confirm while drafts keep passing: the batch keeps it (``held``) for ``HOLD_RECHECK`` - 1 more
+        steps while it is the same batch, twice as many after each decision that finds it at its bounds again (up
+        to ``HOLD_MAX``). Deciding, observing and pricing a step cost a CPU decode step of a small batch 4-5 % (a
+        parked step's own cost is a plain decode). A new request, a new policy or a rejected draft (``observe``)
+        decides at once. The fixed and off modes hold every decision: their lengths depend on the bounds alone.
         """
         shape = (list(rids), padded, uniform, *(None if a is None else np.asarray(a).tobytes()
                                                  for a in (caps, floors, critical)))
-        parked, hold = self._parked, PARKED_RECHECK
-        if parked is not None and parked[0] == shape:  # the same batch, still parked
-            _, held, left, hold = parked
+        kept, hold = self._held, HOLD_RECHECK
+        if kept is not None and kept[0] == shape:  # the same batch, still at its bounds
+            _, held, left, hold = kept
             if left > 0:
-                self._parked = (shape, held, left - 1, hold)
+                self._held = (shape, held, left - 1, hold)
                 self._enqueue(rids, held.lengths)
                 return held
-            hold = min(2 * hold, PARKED_HOLD_MAX)
+            hold = min(2 * hold, HOLD_MAX)
         batch = len(rids)
         limit = np.full(batch, self.max_len, dtype=np.int64)
         if caps is not None:
@@ -180,7 +188,8 @@ class LengthController:
                 limits[:] = limits.max()
             if (plan.lengths > limits).any():
                 lengths = np.maximum(np.minimum(plan.lengths, limits), mins)
-                plan = StepPlan(lengths, *evaluate(probs, lengths, self.cost, uniform, context, resume))
+                priced = evaluate(probs, lengths, self.cost, uniform, context, resume) if self.explain else (0.0, 0.0)
+                plan = StepPlan(lengths, *priced)
         lengths = plan.lengths
         c = self.counters
         calibration = self.calibrating and not padded and self.config.mode is Mode.ADAPTIVE
@@ -191,8 +200,9 @@ class LengthController:
         depth = self.window if padded else int(lengths.max(initial=0))
         self._enqueue(rids, lengths)
         decision = StepDecision(lengths, depth, calibration, plan.expected_tokens, plan.expected_ms)
-        parks = not calibration and not lengths.any()
-        self._parked = (shape, dataclasses.replace(decision, held=True), hold - 1, hold) if parks else None
+        bounded = self.config.mode is not Mode.ADAPTIVE or ((lengths == 0) | (lengths == limit)).all()
+        holds = bounded and not calibration
+        self._held = (shape, dataclasses.replace(decision, held=True), hold - 1, hold) if holds else None
         return decision
 
     def _enqueue(self, rids: list[str], lengths: np.ndarray) -> None:
@@ -230,6 +240,8 @@ class LengthController:
             self.counters.committed += len(rids)
             return
         accepted = np.minimum(np.asarray(accepted, dtype=np.int64)[: len(rids)], lengths)
+        if self._held is not None and self.config.mode is Mode.ADAPTIVE and (accepted < lengths).any():
+            self._held = None  # a rejected draft: the next step decides on the new evidence
         self.tracker.observe(rids, lengths, accepted)
         self.counters.add_positions(lengths, accepted)
         self.counters.accepted += int(accepted.sum())

@@ -203,16 +203,16 @@ def test_the_source_ranks_decision_replaces_this_ranks_own():
 
 
 def test_a_parked_batch_is_decided_again_every_few_steps_and_a_new_request_at_once():
-    from sglang_faser.spec.controller import PARKED_RECHECK
+    from sglang_faser.spec.controller import HOLD_RECHECK
 
     controller = LengthController(FaserConfig(mode="off"), window=3)
     plans = []
     plan = controller.policy.plan
     controller.policy.plan = lambda *args, **kwargs: plans.append(1) or plan(*args, **kwargs)
-    for _ in range(2 * PARKED_RECHECK):
+    for _ in range(2 * HOLD_RECHECK):
         assert controller.decide(["a"]).lengths.tolist() == [0]
         controller.observe([0])
-    assert len(plans) == 2 and controller.counters.steps == 2 * PARKED_RECHECK
+    assert len(plans) == 2 and controller.counters.steps == 2 * HOLD_RECHECK
     controller.decide(["a", "b"])  # a new request joined
     controller.decide(["a", "b"], floors=np.array([0, 1]))  # or the same requests ask for something else
     assert len(plans) == 4
@@ -222,7 +222,7 @@ def test_a_batch_that_parks_again_is_held_twice_as_long_up_to_a_bound():
     """Deciding a parked batch again costs a CPU decode step of a small batch 4-5 %: each decision that parks the
     same batch again holds it twice as long (4, 8, 16, 16, ... steps); held steps say so (they add no cost
     sample), deciding steps do not."""
-    from sglang_faser.spec.controller import PARKED_HOLD_MAX, PARKED_RECHECK
+    from sglang_faser.spec.controller import HOLD_MAX, HOLD_RECHECK
 
     controller = LengthController(FaserConfig(mode="off"), window=3)
     decided = []
@@ -232,11 +232,54 @@ def test_a_batch_that_parks_again_is_held_twice_as_long_up_to_a_bound():
         if not decision.held:
             decided.append(step)
         controller.observe([0])
-    assert PARKED_RECHECK == 4 and PARKED_HOLD_MAX == 16
+    assert HOLD_RECHECK == 4 and HOLD_MAX == 16
     assert decided == [0, 4, 12, 28, 44, 60]
     assert controller.counters.steps == 64 and controller.counters.length_histogram[0] == 64
     assert not controller.decide(["a", "b"]).held  # a new batch decides at once, and holds 4 again
     assert [controller.decide(["a", "b"]).held for _ in range(4)] == [True, True, True, False]
+
+
+def test_a_batch_drafting_its_caps_is_held_while_drafts_pass_and_decided_at_once_after_a_rejection():
+    """A sure request at max-len: passing drafts can only confirm the decision, so the batch keeps it for 3 more
+    steps (held: no decision, no cost sample) like a parked batch; one rejected draft makes the next step decide."""
+    controller = LengthController(FaserConfig(max_len=8), window=8, cost=_cheap_drafts(), calibration_sweeps=0)
+    plans = []
+    plan = controller.policy.plan
+    controller.policy.plan = lambda *args, **kwargs: plans.append(1) or plan(*args, **kwargs)
+    decisions = []
+    for _ in range(12):
+        decision = controller.decide(["sure"])
+        controller.observe(decision.lengths)  # every draft passes
+        decisions.append(decision)
+    at_cap = next(i for i, d in enumerate(decisions) if d.lengths[0] == 8)
+    held = [d.held for d in decisions[at_cap:at_cap + 5]]
+    assert held == [False, True, True, True, False], [(int(d.lengths[0]), d.held) for d in decisions]
+    assert all(d.lengths[0] == 8 for d in decisions[at_cap:])
+    assert len(plans) == sum(not d.held for d in decisions)
+    held = controller.decide(["sure"])
+    assert held.held or controller.decide(["sure"]).held  # held again (or the recheck, then held)
+    controller.observe([2])  # two of eight passed
+    assert not controller.decide(["sure"]).held
+
+
+def test_a_batch_drafting_below_its_caps_decides_every_step():
+    controller = LengthController(FaserConfig(max_len=8), window=8, cost=_cheap_drafts(), calibration_sweeps=0)
+    for _ in range(12):
+        decision = controller.decide(["half"])
+        assert not decision.held
+        controller.observe([min(int(decision.lengths[0]), 2)])  # two pass, the third fails
+
+
+def test_fixed_mode_holds_its_lengths_until_the_batch_changes():
+    controller = LengthController(FaserConfig(mode="fixed", fixed_len=2), window=4)
+    held = []
+    for _ in range(8):
+        decision = controller.decide(["a", "b"], caps=np.array([4, 1]))
+        assert decision.lengths.tolist() == [2, 1]
+        controller.observe([0, 0])  # rejections change nothing in fixed mode
+        held.append(decision.held)
+    assert held == [False, True, True, True, False, True, True, True]
+    assert not controller.decide(["a"]).held
 
 
 def test_optimism_goes_to_one_request_a_step():
@@ -253,7 +296,7 @@ def test_optimism_goes_to_one_request_a_step():
     plan = GoodputPolicy(FaserConfig().uniform_margin).plan
     assert plan(hopes, caps, mins, cost).lengths.tolist() == [3] * 16
     assert plan(means, caps, mins, cost).lengths.tolist() == [1] * 16
-    controller = LengthController(FaserConfig(max_len=5), window=5, cost=cost)
+    controller = LengthController(FaserConfig(max_len=5, draft_margin=0.0), window=5, cost=cost)
     controller.tracker = AcceptanceTracker(max_len=5, prior=0.5)
     assert controller.decide(rids).lengths.tolist() == [1] * 16
 

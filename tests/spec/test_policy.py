@@ -277,3 +277,26 @@ def test_per_request_lengths_replace_one_length_only_when_they_expect_clearly_mo
     assert held.lengths[0] == held.lengths[1] and held.goodput == pytest.approx(best_single)
     apart = np.stack([np.ones(K), np.zeros(K)])  # sure and hopeless: splitting them pays far more than 25 %
     assert GoodputPolicy(uniform_margin=0.25).plan(apart, caps, mins, linear_cost(per_token=0.5)).lengths.tolist() == [K, 0]
+
+
+@pytest.mark.parametrize("uniform", [False, True])
+def test_drafting_replaces_no_drafts_only_when_it_expects_clearly_more(uniform):
+    """``draft_margin``: a plan that drafts must expect that much more goodput than every request at length 0
+    (exploration's hopes and late costs ride on its expectation); a floor that asks for drafts still gets them."""
+    cost = linear_cost(per_token=0.5, overhead=5.0)
+    caps, mins = np.full(4, K), np.zeros(4, dtype=np.int64)
+    rest = FixedPolicy(0).plan(np.full((4, K), 0.3), caps, mins, cost, uniform=uniform)
+    for accept, drafts_by_margin in ((0.3, False), (0.9, True)):
+        probs = np.full((4, K), accept)
+        exact = GoodputPolicy().plan(probs, caps, mins, cost, uniform=uniform)
+        assert exact.lengths.any() and exact.goodput > rest.goodput  # the exact optimum drafts in both cases
+        gain = exact.goodput / rest.goodput - 1
+        assert (gain > 0.25) == drafts_by_margin, gain
+        kept = GoodputPolicy(draft_margin=0.25).plan(probs, caps, mins, cost, uniform=uniform)
+        if drafts_by_margin:
+            assert kept.lengths.tolist() == exact.lengths.tolist()
+        else:
+            assert not kept.lengths.any() and kept.goodput == pytest.approx(rest.goodput)
+    floors = np.array([1, 0, 0, 0])
+    held = GoodputPolicy(draft_margin=0.25).plan(np.full((4, K), 0.3), caps, floors, cost, uniform=uniform)
+    assert held.lengths[0] >= 1
