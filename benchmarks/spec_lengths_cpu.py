@@ -13,7 +13,7 @@ Prints a table with ratios against no-spec and the best fixed length, and writes
 ``benchmarks/results/``.
 
     python benchmarks/spec_lengths_cpu.py [--requests 16] [--concurrency 8] [--max-new-tokens 64]
-    python benchmarks/spec_lengths_cpu.py --batch-one [--repeats 3]
+    python benchmarks/spec_lengths_cpu.py --batch-one [--repeats 3] [--max-new-tokens 256]
 
 ``--batch-one``: one request at a time, sure and doomed prompts measured apart, every server up at once and the
 configurations alternating within each repeat (median of the repeats). It checks the policy at the two extremes:
@@ -249,10 +249,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--max-new-tokens", type=int,
+                        help="tokens per request (default 64; 256 with --batch-one, where one 64-token request is "
+                        "mostly its prefill and a few hundred milliseconds of this shared machine's noise)")
     parser.add_argument("--batch-one", action="store_true", help="one request at a time, sure and doomed apart")
     parser.add_argument("--repeats", type=int, default=3, help="with --batch-one: alternating repeats")
     args = parser.parse_args()
+    if args.max_new_tokens is None:
+        args.max_new_tokens = 256 if args.batch_one else 64
     suite = ensure_tiny_suite()
     if args.batch_one:
         batch_one(suite, args)

@@ -58,8 +58,11 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, args: list[str], port: int | None = None, log_path: Path | None = None):
+    def __init__(self, args: list[str], port: int | None = None, log_path: Path | None = None,
+                 env: dict[str, str] | None = None):
+        """``env``: variables set for the child on top of this process's environment."""
         self._user_args = list(args)
+        self._env = dict(env or {})
         self._fixed_port = port
         self.log_path = log_path
         self._log = None
@@ -93,7 +96,8 @@ class ServerProcess:
     def _start_once(self, timeout: float) -> ServerProcess:
         self._log = open(self.log_path, "wb") if self.log_path else subprocess.PIPE
         self.proc = subprocess.Popen(
-            self.args, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True, env=os.environ.copy()
+            self.args, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, **self._env},
         )
         if self._log is subprocess.PIPE:  # no log kept: drain the pipe, remembering only a bind failure
             self._bind_failed = False

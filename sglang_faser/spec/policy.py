@@ -15,7 +15,8 @@ do, each cap's plan is held at exactly that depth (the request that loses least 
 result exact. The prices that only change with the fit and the batch size are kept between steps. The weights
 w_i are 1, or ``latency_weight`` for ``latency_class: critical`` requests, so a critical request's tokens count
 more and it is not starved of speculation by its neighbours' load. k = 0 (no speculation) and every uniform length are
-inside the search space, so under the model the plan never loses to no speculation or the best fixed length.
+inside the search space, so under the model the plan never loses to no speculation or (with the margins below at
+0) the best fixed length.
 ``uniform_margin``: the per-request optimum replaces the best single length only when it expects that much more
 goodput, since a mixed plan pays what the model does not price (sub-batch draft-extends, catch-ups later).
 ``draft_margin``: likewise a plan that drafts replaces no drafts at all only when it expects that much more.
@@ -298,7 +299,7 @@ class GoodputPolicy(LengthPolicy):
         request at length 0): its expected tokens hold the hopes of exploration, and drafting pays costs the
         model learns only after the fact (a catch-up, a switch of depth), so a small expected gain is no gain.
         Measured on the mixed workload at 4 concurrent requests on CPU: steps that drafted delivered 8-16 % fewer
-        tokens than expected, parked ones 4 % more time-for-tokens than modelled."""
+        tokens than expected, parked steps 4 % more tokens a millisecond than modelled."""
         if rest is None or self.draft_margin <= 0 or not chosen.lengths.any():
             return chosen
         return rest if chosen.goodput < rest.goodput * (1 + self.draft_margin) else chosen

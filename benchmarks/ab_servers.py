@@ -1,0 +1,142 @@
+"""What moved with the code: the same configurations from two versions of this repository, side by side, in one run.
+
+    python benchmarks/ab_servers.py --base HEAD~1 --configs faser faser-k0 --workload batch1-doomed
+    python benchmarks/ab_servers.py --base db7d467 --configs faser --workload mixed-c4 --repeats 5
+
+``--base`` is checked out into a temporary git worktree; its servers run that version's ``sglang_faser`` (the
+worktree first on their PYTHONPATH), the others this checkout's. Every server is up at once and each repeat runs
+every (configuration, version) in turn, in alternating order, so this shared machine's drift (10-25 % between
+runs) falls on both versions alike; ``no-spec`` runs once, from this checkout, as the common reference. Reports
+the median tokens/s of the repeats, new / base per configuration and each against no speculation of the same run,
+and writes ``benchmarks/results/ab_{tag}.{json,md}``.
+
+Workloads: ``mixed-c4``: the serving benchmark's mixed prompts (code and random text, embedded default pair, EAGLE,
+window 7), 4 requests in flight; ``batch1-sure`` / ``batch1-doomed``: one request at a time on the tiny cycle pair
+(STANDALONE, window 5) whose drafts always / never pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.serve import configs as serve_configs  # noqa: E402
+from benchmarks.serve import workload as serve_workload  # noqa: E402
+from benchmarks.serve.driver import drive  # noqa: E402
+from benchmarks.spec_lengths_cpu import WINDOW, run_one  # noqa: E402
+from benchmarks.spec_lengths_cpu import server_flags as cycle_flags  # noqa: E402
+from sglang_faser.models.tiny import CYCLE_SPLIT, ensure_tiny_suite  # noqa: E402
+from sglang_faser.server_process import ServerProcess  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+WORKLOADS = ("mixed-c4", "batch1-sure", "batch1-doomed")
+
+
+def flags_for(workload: str, config: str) -> list[str]:
+    if workload == "mixed-c4":
+        flags = serve_configs.configurations("EAGLE", window=7)[config]
+        return flags + ["--max-total-tokens", "16384", "--faser-control", "off"]
+    flags = serve_configs.configurations("STANDALONE", window=WINDOW, fixed=(1, 3, 5), adaptive=False)[config]
+    return cycle_flags(flags, ensure_tiny_suite(), 1) + ["--faser-control", "off", "--sleep-on-idle"]
+
+
+def runner(workload: str, args):
+    """One repeat's load against a server URL: (tokens, seconds)."""
+    if workload == "mixed-c4":
+        requests = serve_workload.build(args.requests, float("inf"), "poisson", args.max_new_tokens, 0, 2.0, "mixed")
+
+        def run(url: str) -> tuple[int, float]:
+            results, wall = drive(url, requests, None, max_concurrency=4)
+            return sum(r.output_tokens for r in results), wall
+        return run
+    prompt = [0, 3] if workload == "batch1-sure" else [0, CYCLE_SPLIT + 1]
+
+    def run(url: str) -> tuple[int, float]:
+        began, tokens = time.perf_counter(), 0
+        for _ in range(args.requests):
+            tokens += run_one(url, prompt, args.max_new_tokens)["tokens"]
+        return tokens, time.perf_counter() - began
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", required=True, help="the git revision to compare this checkout against")
+    parser.add_argument("--configs", nargs="+", default=["faser"], help="configurations (benchmarks/serve/configs.py)")
+    parser.add_argument("--workload", choices=WORKLOADS, default="mixed-c4")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--requests", type=int, help="requests per repeat (default 48 for mixed-c4, 4 at batch 1)")
+    parser.add_argument("--max-new-tokens", type=int, help="default 64 for mixed-c4, 256 at batch 1")
+    parser.add_argument("--tag", help="results file suffix (default: the workload)")
+    args = parser.parse_args()
+    batch1 = args.workload != "mixed-c4"
+    args.requests = args.requests or (4 if batch1 else 48)
+    args.max_new_tokens = args.max_new_tokens or (256 if batch1 else 64)
+    tree = Path(tempfile.mkdtemp(prefix="faser-ab-")) / "base"
+    revision = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=ROOT, check=True, capture_output=True,
+                              text=True).stdout.strip()
+    subprocess.run(["git", "worktree", "add", "--detach", str(tree), revision], cwd=ROOT, check=True,
+                   capture_output=True)
+    servers: dict[tuple[str, str], ServerProcess] = {}
+    runs: dict[tuple[str, str], list[float]] = {}
+    try:
+        keys = [("no-spec", "new")] + [(c, v) for c in args.configs if c != "no-spec" for v in ("new", "base")]
+        for config, version in keys:
+            # the base's package first on the path; PYTHONSAFEPATH keeps ``-m`` from putting the working directory
+            # (this checkout) before it
+            env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")])),
+                   "PYTHONSAFEPATH": "1"}
+            log = Path(tempfile.gettempdir()) / f"faser-ab-{config}-{version}.log"
+            servers[config, version] = ServerProcess(flags_for(args.workload, config), log_path=log,
+                                                     env=env if version == "base" else None).start(timeout=600)
+        run = runner(args.workload, args)
+        for server in servers.values():  # warm-up (FASER's start-up sweep), not measured
+            run(server.url)
+        for repeat in range(args.repeats):
+            for key in keys if repeat % 2 == 0 else keys[::-1]:
+                tokens, seconds = run(servers[key].url)
+                runs.setdefault(key, []).append(tokens / seconds)
+                print(f"[ab] repeat {repeat} {key[0]:10s} {key[1]:4s} {tokens / seconds:7.1f} tok/s", flush=True)
+    finally:
+        for server in servers.values():
+            server.stop()
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
+    report(args, revision, runs)
+
+
+def report(args, revision: str, runs: dict) -> None:
+    median = {key: statistics.median(values) for key, values in runs.items()}
+    plain = median["no-spec", "new"]
+    meta = {"base": revision, "workload": args.workload, "repeats": args.repeats, "requests": args.requests,
+            "max_new_tokens": args.max_new_tokens, "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset")}
+    lines = [f"# This checkout against {revision}: {args.workload}", "", f"`{json.dumps(meta)}`", "",
+             "| config | new tok/s | base tok/s | new / base | new vs no-spec | base vs no-spec |",
+             "|---|---|---|---|---|---|"]
+    for config in args.configs:
+        if config == "no-spec":
+            continue
+        new, base = median[config, "new"], median[config, "base"]
+        lines.append(f"| {config} | {new:.1f} | {base:.1f} | {new / base:.3f}x | {new / plain:.3f}x | "
+                     f"{base / plain:.3f}x |")
+    lines += ["", f"no-spec (this checkout): {plain:.1f} tok/s; medians of {args.repeats} alternating repeats."]
+    text = "\n".join(lines) + "\n"
+    print("\n" + text)
+    tag = args.tag or args.workload
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    record = {"meta": meta, "repeats_tok_per_s": {f"{c} {v}": r for (c, v), r in runs.items()}}
+    (RESULTS / f"ab_{tag}.json").write_text(json.dumps(record, indent=1) + "\n")
+    (RESULTS / f"ab_{tag}.md").write_text(text)
+
+
+if __name__ == "__main__":
+    main()
