@@ -43,11 +43,21 @@ WORKLOADS = ("mixed-c4", "batch1-sure", "batch1-doomed")
 
 
 def flags_for(workload: str, config: str) -> list[str]:
+    """The configuration's flags for the workload; every server sleeps while idle (the others are all up, and an
+    idle scheduler's loop would otherwise poll on this machine's two cores)."""
     if workload == "mixed-c4":
-        flags = serve_configs.configurations("EAGLE", window=7)[config]
-        return flags + ["--max-total-tokens", "16384", "--faser-control", "off"]
-    flags = serve_configs.configurations("STANDALONE", window=WINDOW, fixed=(1, 3, 5), adaptive=False)[config]
-    return cycle_flags(flags, ensure_tiny_suite(), 1) + ["--faser-control", "off", "--sleep-on-idle"]
+        flags = serve_configs.configurations("EAGLE", window=7)[config] + ["--max-total-tokens", "16384"]
+    else:
+        flags = serve_configs.configurations("STANDALONE", window=WINDOW, fixed=(1, 3, 5), adaptive=False)[config]
+        flags = cycle_flags(flags, ensure_tiny_suite(), 1)
+    return flags + ["--faser-control", "off", "--sleep-on-idle"]
+
+
+def base_env(tree: Path) -> dict[str, str]:
+    """A server process that imports ``sglang_faser`` from ``tree``: first on its path, and PYTHONSAFEPATH keeps
+    ``python -m`` from putting the working directory (this checkout) before it."""
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")])),
+            "PYTHONSAFEPATH": "1"}
 
 
 def runner(workload: str, args):
@@ -92,13 +102,10 @@ def main() -> None:
     try:
         keys = [("no-spec", "new")] + [(c, v) for c in args.configs if c != "no-spec" for v in ("new", "base")]
         for config, version in keys:
-            # the base's package first on the path; PYTHONSAFEPATH keeps ``-m`` from putting the working directory
-            # (this checkout) before it
-            env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")])),
-                   "PYTHONSAFEPATH": "1"}
             log = Path(tempfile.gettempdir()) / f"faser-ab-{config}-{version}.log"
             servers[config, version] = ServerProcess(flags_for(args.workload, config), log_path=log,
-                                                     env=env if version == "base" else None).start(timeout=600)
+                                                     env=base_env(tree) if version == "base" else None
+                                                     ).start(timeout=600)
         run = runner(args.workload, args)
         for server in servers.values():  # warm-up (FASER's start-up sweep), not measured
             run(server.url)

@@ -1,0 +1,53 @@
+"""The A/B harness's pure parts: which code a base server imports, its flags, and the ratios it reports."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import ab_servers  # noqa: E402
+
+
+def test_a_base_server_imports_the_base_tree_even_when_started_from_this_checkout(tmp_path):
+    package = tmp_path / "sglang_faser"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    probe = "import sglang_faser, os; print(os.path.dirname(sglang_faser.__file__))"
+    env = {**__import__("os").environ, **ab_servers.base_env(tmp_path)}
+    here = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    assert Path(here.stdout.strip()) == package
+    this = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert Path(this.stdout.strip()) == ROOT / "sglang_faser"
+
+
+def test_flags_follow_the_workload_and_the_configuration():
+    doomed = ab_servers.flags_for("batch1-doomed", "faser-k0")
+    assert "STANDALONE" in doomed and "--speculative-draft-model-path" in doomed and "--sleep-on-idle" in doomed
+    assert doomed[doomed.index("--faser-mode") + 1] == "off"
+    plain = ab_servers.flags_for("batch1-sure", "no-spec")
+    assert plain[:2] == ["--model-path", doomed[doomed.index("--model-path") + 1]]
+    mixed = ab_servers.flags_for("mixed-c4", "faser")
+    assert "EAGLE" in mixed and mixed[mixed.index("--speculative-num-steps") + 1] == "7"
+    assert "--sleep-on-idle" in mixed  # every server is up at once: idle ones must not poll
+
+
+def test_report_gives_medians_and_their_ratios(tmp_path, monkeypatch):
+    monkeypatch.setattr(ab_servers, "RESULTS", tmp_path)
+    args = argparse.Namespace(configs=["faser"], workload="mixed-c4", repeats=3, requests=8, max_new_tokens=16,
+                              tag="t")
+    runs = {("no-spec", "new"): [100.0, 90.0, 110.0], ("faser", "new"): [99.0, 88.0, 200.0],
+            ("faser", "base"): [90.0, 80.0, 70.0]}
+    ab_servers.report(args, "abc123", runs)
+    text = (tmp_path / "ab_t.md").read_text()
+    assert "| faser | 99.0 | 80.0 | 1.238x | 0.990x | 0.800x |" in text
+    record = json.loads((tmp_path / "ab_t.json").read_text())
+    assert record["meta"]["base"] == "abc123" and record["repeats_tok_per_s"]["faser base"] == [90.0, 80.0, 70.0]
+    assert pytest.approx(record["repeats_tok_per_s"]["no-spec new"][2]) == 110.0
