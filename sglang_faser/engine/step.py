@@ -263,7 +263,7 @@ class FaserEngine:
         # per-step cost that longer drafts amortise (a catch-up is a one-off per resumption and stays out of it)
         total_ms = (ended - began) * 1e3
         draft_ms = max(total_ms - verify_ms - catch_up_ms, 0.0) + host_ms
-        if not decision.held:  # a held step repeats the shape its deciding step sampled: no sample
+        if decision.sampled:  # one step of each hold, its last held one, stands for the shape (controller.py)
             if verifier is None:
                 controller.record_phase(VERIFY, bs, bs * width, verify_ms, context=context)
             drafting = int(np.count_nonzero(decision.lengths))

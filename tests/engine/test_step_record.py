@@ -1,5 +1,6 @@
-"""What a decode step records: a held parked step (the same batch on a decision reused) counts, but adds no
-cost sample; a step the controller decided adds its verify, draft and whole-step samples."""
+"""What a decode step records: every step counts; a hold (the same batch on a decision reused) adds one cost
+sample, from its last held step; a step the controller decided without holding adds its verify, draft and
+whole-step samples."""
 
 from __future__ import annotations
 
@@ -33,15 +34,17 @@ def _samples(engine: FaserEngine) -> tuple[int, int, int]:
     return len(cost._online[VERIFY]), len(cost._online[DRAFT]), engine.controller.counters.steps
 
 
-def test_held_parked_steps_add_no_cost_sample_and_deciding_steps_do():
+def test_a_hold_adds_one_cost_sample_from_its_last_held_step():
+    """A hold's deciding step pays the decision its held steps skip: it is not a sample of the shape (sampled, it
+    priced a parked step 19 % above a held one's cost); the hold's last held step is."""
     engine = _engine()
     samples = lambda: _samples(engine)  # noqa: E731
     decided = _plain_step(engine, ["a"])
-    assert not decided.held and samples() == (1, 1, 1)
-    for _ in range(3):
-        assert _plain_step(engine, ["a"]).held
-    assert samples() == (1, 1, 4)  # counted, not sampled
-    assert not _plain_step(engine, ["a"]).held and samples() == (2, 2, 5)
+    assert not decided.held and not decided.sampled and samples() == (0, 0, 1)
+    held = [_plain_step(engine, ["a"]) for _ in range(3)]
+    assert [d.held for d in held] == [True] * 3 and [d.sampled for d in held] == [False, False, True]
+    assert samples() == (1, 1, 4)  # counted, one sampled
+    assert not _plain_step(engine, ["a"]).held and samples() == (1, 1, 5)
     total = engine.telemetry.snapshot()["total"]
     assert total["steps"] == 5 and total["length_histogram"] == [5] and total["tokens"]["verified"] == 5
 

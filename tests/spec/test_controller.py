@@ -220,8 +220,8 @@ def test_a_parked_batch_is_decided_again_every_few_steps_and_a_new_request_at_on
 
 def test_a_batch_that_parks_again_is_held_twice_as_long_up_to_a_bound():
     """Deciding a parked batch again costs a CPU decode step of a small batch 4-5 %: each decision that parks the
-    same batch again holds it twice as long (4, 8, 16, 16, ... steps); held steps say so (they add no cost
-    sample), deciding steps do not."""
+    same batch again holds it twice as long (4, 8, 16, 16, ... steps); held steps say so (they decide nothing;
+    one of them is a cost sample), deciding steps do not."""
     from sglang_faser.spec.controller import HOLD_MAX, HOLD_RECHECK
 
     controller = LengthController(FaserConfig(mode="off"), window=3)
@@ -241,7 +241,7 @@ def test_a_batch_that_parks_again_is_held_twice_as_long_up_to_a_bound():
 
 def test_a_batch_drafting_its_caps_is_held_while_drafts_pass_and_decided_at_once_after_a_rejection():
     """A sure request at max-len: passing drafts can only confirm the decision, so the batch keeps it for 3 more
-    steps (held: no decision, no cost sample) like a parked batch; one rejected draft makes the next step decide."""
+    steps (held: no decision) like a parked batch; one rejected draft makes the next step decide."""
     controller = LengthController(FaserConfig(max_len=8), window=8, cost=_cheap_drafts(), calibration_sweeps=0)
     plans = []
     plan = controller.policy.plan
