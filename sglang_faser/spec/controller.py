@@ -52,9 +52,9 @@ class StepDecision:
     expected_tokens: float = 0.0  # what the policy expected of its plan (a calibration step runs other lengths)
     expected_ms: float = 0.0
     held: bool = False  # a decision at the batch's bounds reused without deciding again
-    # whether the step's measured time is a cost sample: a hold's deciding step is not (it pays the decision its
-    # held steps skip; sampled, it priced a parked step at batch 1 on CPU 19 % above what held steps cost), its
-    # last held step is, every other decided step is
+    # whether the step's measured time is a cost sample: a parked hold's deciding step is not (it pays the decision
+    # its held steps skip; sampled, it priced a parked step at batch 1 on CPU 19 % above what held steps cost), a
+    # hold's last held step is, every other decided step is
     sampled: bool = True
 
 
@@ -207,7 +207,9 @@ class LengthController:
         bounded = self.config.mode is not Mode.ADAPTIVE or ((lengths == 0) | (lengths == limit)).all()
         holds = bounded and not calibration
         self._held = (shape, dataclasses.replace(decision, held=True, sampled=False), hold - 1, hold) if holds else None
-        return dataclasses.replace(decision, sampled=False) if holds else decision
+        # a parked hold's deciding step is not a sample; a drafting one's is (a rejection may end its hold before its
+        # last held step, every time)
+        return dataclasses.replace(decision, sampled=False) if holds and not lengths.any() else decision
 
     def _enqueue(self, rids: list[str], lengths: np.ndarray) -> None:
         """A decided step: queued for its acceptance (``observe``) and counted."""

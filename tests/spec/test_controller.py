@@ -306,3 +306,10 @@ def test_optimism_goes_to_one_request_a_step():
     hopes[5, 1:] = 1.0  # request 5's optimism adds most
     assert np.flatnonzero((_explore_few(means, hopes, 1) != means).any(axis=1)).tolist() == [5]
     np.testing.assert_array_equal(_explore_few(means[:1], hopes[:1], 1), hopes[:1])  # alone: all its optimism
+
+
+def test_a_parked_holds_deciding_step_is_no_cost_sample_and_a_drafting_holds_is():
+    parked = LengthController(FaserConfig(mode="off"), window=3)
+    assert [parked.decide(["a"]).sampled for _ in range(4)] == [False, False, False, True]
+    drafting = LengthController(FaserConfig(mode="fixed", fixed_len=2), window=3)
+    assert [drafting.decide(["a"]).sampled for _ in range(4)] == [True, False, False, True]
