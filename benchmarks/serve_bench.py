@@ -164,7 +164,6 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
     total = len(names) * sum(len(r) for by_rate in workloads.values() for r in by_rate.values())
-    results: dict = {arrivals: {} for arrivals in workloads}
     began = time.time()
     failed_configs = {}  # a server that does not start costs its rows, not the whole run
     runs: dict = {}  # (arrivals, config, rate) -> one row per repeat
@@ -181,6 +180,17 @@ def main(argv: list[str] | None = None) -> int:
                 except (RuntimeError, TimeoutError, OSError) as exc:
                     failed_configs[name] = str(exc)[-2000:]
                     print(f"\n{name}: server failed, skipped: {str(exc)[-300:]}", file=sys.stderr)
+                # after every server: a run cut short (a device lease ending) keeps what it measured
+                text, stem = write_results(args, workloads, runs, failed_configs, n, max_new, began, final=False)
+    text, stem = write_results(args, workloads, runs, failed_configs, n, max_new, began, final=True)
+    print(text)
+    print(f"wrote {stem}.{{json,md,png}}")
+    return 0
+
+
+def write_results(args, workloads, runs, failed_configs, n, max_new, began, final):
+    """Medians of the repeats so far, ratios and the lossless check, into serve_bench_{tag}.{json,md(,png)}."""
+    results: dict = {arrivals: {} for arrivals in workloads}
     for (arrivals, name, rate), rows in runs.items():
         if name not in failed_configs:
             results[arrivals].setdefault(name, {})[rate] = metrics.median_row(rows)
@@ -193,19 +203,18 @@ def main(argv: list[str] | None = None) -> int:
             "algorithm": args.algorithm, "window": args.window, "model": args.model_path or "embedded default",
             "server_args": args.server_arg, "synthetic_acceptance": args.synthetic, "failed_configs": failed_configs,
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset"),  # the servers inherit it
-            "minutes": round((time.time() - began) / 60, 1)}
+            "minutes": round((time.time() - began) / 60, 1), "complete": final}
     args.out_dir.mkdir(parents=True, exist_ok=True)
     stem = args.out_dir / f"serve_bench_{args.tag}"
     stem.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1) + "\n")
     text = report.markdown(results, meta)
     stem.with_suffix(".md").write_text(text)
-    try:
-        report.plot(results, stem.with_suffix(".png"))
-    except ImportError as exc:  # e.g. a GPU image without matplotlib: the JSON and the table are written already
-        print(f"no plot: {exc}")
-    print(text)
-    print(f"wrote {stem}.{{json,md,png}}")
-    return 0
+    if final:
+        try:
+            report.plot(results, stem.with_suffix(".png"))
+        except ImportError as exc:  # e.g. a GPU image without matplotlib: the JSON and the table are written
+            print(f"no plot: {exc}")
+    return text, stem
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
 #   bash scripts/gpu_bringup/remote.sh install STAGE   # join + verify the carried pieces, pip install --target,
 #                                                      # probe the image, write the dummy-weight model folders
 #   bash scripts/gpu_bringup/remote.sh bench [ARGS]    # start serve_bench in the background (it outlives the call)
-#   bash scripts/gpu_bringup/remote.sh wait [SECONDS]  # poll it; copy results and logs into $OUT when it ends
+#   bash scripts/gpu_bringup/remote.sh wait [SECONDS]  # poll it; tables + results.tgz (JSON, plots, server logs,
+#                                                      # TRACE=name step traces) into $OUT
 #   bash scripts/gpu_bringup/remote.sh smollm2 STAGE   # the carried SmolLM2 GGUF -> its HF folder; then
 #   MODEL=smollm2 bash scripts/gpu_bringup/remote.sh bench   # serves it with its shipped drafts, real acceptance
 #
@@ -67,6 +68,8 @@ bench)
            --max-new-tokens 128
   fi
   rm -f "$S/bench.rc"
+  mkdir -p "$S/results"
+  if [ -n "${TRACE:-}" ]; then export SGLANG_FASER_STEP_TRACE="$S/results/steps_$TRACE.jsonl"; fi   # FASER's steps
   setsid nohup bash -c 'python3 benchmarks/serve_bench.py "$@"; echo $? > "'"$S"'/bench.rc"' _ "${args[@]}" "$@" \
     > "$S/bench.log" 2>&1 < /dev/null &
   echo "serve_bench started (pid $!); log $S/bench.log"
@@ -75,10 +78,10 @@ wait)
   deadline=$((SECONDS + ${1:-540}))
   while [ ! -f "$S/bench.rc" ] && [ $SECONDS -lt $deadline ]; do sleep 10; done
   tail -c 3000 "$S/bench.log" | tr '\r' '\n' | tail -25
-  if [ -n "${OUT:-}" ]; then
-    cp "$S"/results/serve_bench_gpu* "$OUT"/ 2>/dev/null || true
-    tail -c 4000000 "$S/bench.log" > "$OUT/bench.log"
-    (cd "$S/results" && tar -czf "$OUT/server_logs.tgz" logs 2>/dev/null) || true
+  if [ -n "${OUT:-}" ]; then   # at most 8 files come back from a call: the tables, and everything in one archive
+    cp "$S"/results/serve_bench_*.md "$OUT"/ 2>/dev/null || true
+    tail -c 4000000 "$S/bench.log" > "$S/results/bench.log"
+    tar -czf "$OUT/results.tgz" -C "$S" results
   fi
   if [ -f "$S/bench.rc" ]; then exit "$(cat "$S/bench.rc")"; else echo "still running"; fi
   ;;
