@@ -63,8 +63,9 @@ bench)
         --server-arg=--mem-fraction-static --server-arg=0.8 --server-arg=--cuda-graph-max-bs-decode
         --server-arg=64)
   if [ "$accept" != none ]; then args+=(--synthetic-acceptance "$accept"); fi
-  if [ $# -eq 0 ]; then   # what fits a lease: 6 servers, 3 rates, Poisson and Gamma
-    set -- --configs no-spec fixed-1 fixed-3 fixed-5 sglang-adaptive faser --rates 4 16 64 --requests 64 \
+  if [ $# -eq 0 ]; then   # what fits a 15-minute lease beside the pieces: 5 servers (~75 s to start each), 2 rates,
+    # 10 minutes on an H200 (benchmarks/results/gpu/README.md)
+    set -- --configs no-spec faser sglang-adaptive fixed-3 fixed-1 --rates 4 32 --arrivals poisson --requests 48 \
            --max-new-tokens 128
   fi
   rm -f "$S/bench.rc"

@@ -17,8 +17,10 @@ eagle_worker_v2.py:1416) and changes only how much work each does:
   where every k_i = 0 runs no draft model at all, and is the target's plain decode with SGLang's sampler where
   nothing needs the verify path): its rows wait in the draft backlog until it drafts again and catches up in one
   pass;
-* **record**: measured phase times feed the cost model and telemetry; acceptance arrives later, through
-  ``observe`` (SGLang's ``on_verify_complete_cpu``), matched to this step by the controller's decision queue.
+* **record**: the step's counters and telemetry at once; its measured phase times feed the cost model when they
+  can be read (at once on CPU, a step or two later from CUDA events on a GPU: ``step_clock.py``); acceptance
+  arrives later too, through ``observe`` (SGLang's ``on_verify_complete_cpu``), matched to this step by the
+  controller's decision queue.
 
 Every SGLang object is reached through ``touchpoints`` (imported as ``sgl``).
 """
@@ -29,6 +31,7 @@ import dataclasses
 import json
 import logging
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -40,6 +43,7 @@ from sglang_faser.engine.metrics import FaserMetrics
 from sglang_faser.engine.pipeline import FrontierPipeline
 from sglang_faser.engine.profiler import seed_cost_model
 from sglang_faser.engine.rank_sync import broadcast_lengths
+from sglang_faser.engine.step_clock import Mark, StepClock
 from sglang_faser.engine.step_trace import StepTrace
 from sglang_faser.engine.verify import RaggedVerifier
 from sglang_faser.spec.config import FaserConfig
@@ -51,10 +55,25 @@ from sglang_faser.spec.telemetry import TelemetryRecorder, subtract
 logger = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class StepMarks:
+    """A decode step's phase boundaries (``StepClock`` marks); ``host_gap``: the end of the last decode step of
+    some of these requests and this step's start (the scheduler's work between them), or None; ``catch_up``: the
+    draft's catch-up pass, or None."""
+
+    began: Mark
+    verify_began: Mark
+    verify_ended: Mark
+    ended: Mark
+    host_gap: tuple[Mark, Mark] | None = None
+    catch_up: tuple[Mark, Mark] | None = None
+
+
 class FaserEngine:
     def __init__(self, worker):
         self.worker = worker
         self.window, topk, device = sgl.worker_settings(worker)
+        self.clock = StepClock.for_device(device)
         self.config = FaserConfig.from_env()
         self.controller = LengthController(self.config, window=self.window, calibration_sweeps=2)
         self.tiers: DepthTiers | None = None
@@ -75,7 +94,7 @@ class FaserEngine:
         self.controller.explain = self.trace is not None  # pricing a probe-cut plan again only serves the trace
         self.metrics = FaserMetrics.create({"worker": "faser"})
         self._metrics_at = 0.0
-        self._last: tuple[float, frozenset, bool] | None = None  # last step's end, its requests, was it a decode
+        self._last: tuple[Mark, frozenset, bool] | None = None  # last step's end, its requests, was it a decode
         self._limits: tuple[list, tuple] = ([], ())  # the last batch's custom_params objects, and _limits_of them
         logger.info("FASER worker on %s: window=%d topk=%d depth_tiers=%s config=%s", type(worker).__mro__[2].__name__,
                     self.window, topk, "on" if self.tiers is not None else "off", self.config.to_json())
@@ -88,18 +107,19 @@ class FaserEngine:
         if kind == "prefill":
             began = time.perf_counter()
             result = stock(batch, on_publish, grammar_barrier, pp_proxy_tensors)
-            ended = time.perf_counter()
-            self._end_step([("prefill", began, ended)], batch_size=0)
+            ended = self.clock.mark()
+            self._end_step([("prefill", began, ended.host)], batch_size=0)
             self._last = (ended, self._last[1] if self._last else frozenset(), False)
             return result
         return self.decode(batch, on_publish, grammar_barrier, pp_proxy_tensors)
 
     def decode(self, batch, on_publish, grammar_barrier, pp_proxy_tensors):
-        began = time.perf_counter()
+        self.clock.poll()  # earlier steps' GPU times, where the GPU is done with them
+        began = self.clock.mark()
         if self.profile == "pending":
             self._start_up()
         view = sgl.step_batch(batch)
-        phases, host_ms = self._host_gap(began, frozenset(view.rids))
+        phases, host_gap = self._host_gap(began, frozenset(view.rids))
 
         # decide
         decision = self._decide(view)
@@ -110,13 +130,13 @@ class FaserEngine:
         plain = decision.depth == 0 and sgl.plain_decode_supported(self.worker, batch)
         verifier = None if plain else self._verifier(batch, view, decision, phases)
         draft_began = time.perf_counter()
-        catch_up_ms = 0.0
+        catch_up = None
         if plain:
             verify_input, cut = None, DraftCut(DraftSchedule([]), 0)
         elif decision.depth == 0:
             verify_input, cut = sgl.plain_decode_input(self.worker, batch), DraftCut(DraftSchedule([]), 0)
         else:
-            catch_up_ms = self._catch_up(batch, view, decision.lengths)
+            catch_up = self._catch_up(batch, view, decision.lengths)
             schedule = (FrontierPipeline(verifier, decision.lengths, self.config.overlap, self.worker, batch)
                         if verifier is not None and len(verifier.bounds) > 1 else DraftSchedule(decision.lengths))
             cut = DraftCut(schedule, decision.depth)
@@ -126,7 +146,7 @@ class FaserEngine:
             phases += [("draft", a, b) for a, b in subtract(draft_began, time.perf_counter(), early)]
 
         # verify: chains cut at k_i; the target computes the planned rows only
-        verify_began = time.perf_counter()
+        verify_began = self.clock.mark()
         if plain:
             result, roots, width = *sgl.plain_decode(self.worker, batch), 1
         else:
@@ -137,8 +157,8 @@ class FaserEngine:
             else:
                 result = sgl.verify(self.worker, batch, verify_input, pp_proxy_tensors, grammar_barrier)
             roots, width = sgl.verified_tokens(verify_input)
-        verify_ended = time.perf_counter()
-        phases.append(("verify", verify_began, verify_ended))
+        verify_ended = self.clock.mark()
+        phases.append(("verify", verify_began.host, verify_ended.host))
 
         # commit: the scheduler learns the new lengths, the draft catches up on the accepted tokens, except for
         # requests that drafted nothing (k_i = 0): they catch up when they draft again, and a step where nobody
@@ -159,27 +179,27 @@ class FaserEngine:
             self.controller.counters.extend_skipped_requests += len(skipped)
         else:
             sgl.draft_extend(self.worker, batch, result, verify_input)
-        ended = time.perf_counter()
-        phases.append(("draft_extend", verify_ended, ended))
+        ended = self.clock.mark()
+        phases.append(("draft_extend", verify_ended.host, ended.host))
         sgl.set_cap_lens(result, decision.lengths)
 
         # record
-        self._record(decision, cut, verifier, width, phases, began, verify_began, verify_ended, ended, host_ms,
-                     context=int(view.context_lens.sum()), catch_up_ms=catch_up_ms)
+        marks = StepMarks(began, verify_began, verify_ended, ended, host_gap, catch_up)
+        self._record(decision, cut, verifier, width, phases, marks, context=int(view.context_lens.sum()))
         self._last = (ended, frozenset(view.rids), True)
         return result
 
-    def _catch_up(self, batch, view, lengths: np.ndarray) -> float:
+    def _catch_up(self, batch, view, lengths: np.ndarray) -> tuple[Mark, Mark] | None:
         """The draft state of requests that draft again after steps without drafts, caught up in one pass; its
-        milliseconds (a one-off per resumption, priced on its own, kept out of the per-step fit)."""
+        marks (a one-off per resumption, priced on its own, kept out of the per-step fit)."""
         catch_up = self.backlog.take(view.rids, np.flatnonzero(lengths).tolist())
         if catch_up is None:
-            return 0.0
-        began = time.perf_counter()
+            return None
+        rows, began = len(catch_up.tokens), self.clock.mark()
         sgl.catch_up_draft(self.worker, batch, catch_up)
-        ms = (time.perf_counter() - began) * 1e3
-        self.controller.record_catch_up(len(catch_up.tokens), ms)
-        return ms
+        ended, clock = self.clock.mark(), self.clock
+        clock.when_ready(ended, lambda: self.controller.record_catch_up(rows, clock.ms(began, ended)))
+        return began, ended
 
     # -- decide ----------------------------------------------------------------------------------------------
     def _start_up(self) -> None:
@@ -217,15 +237,15 @@ class FaserEngine:
             self.tiers.next_depth = decision.depth
         return decision
 
-    def _host_gap(self, began: float, rids: frozenset) -> tuple[list, float]:
+    def _host_gap(self, began: Mark, rids: frozenset) -> tuple[list, tuple[Mark, Mark] | None]:
         """The scheduler's host work since the last step (results, streaming, batch building), as a ``schedule``
-        phase when some of these requests ran throughout it (otherwise the gap may be idle time); its
-        milliseconds count as step cost only between two decode steps, where one batch's work is all it holds."""
+        phase when some of these requests ran throughout it (otherwise the gap may be idle time); its marks
+        count as step cost only between two decode steps, where one batch's work is all it holds."""
         last = self._last
-        if last is None or last[1].isdisjoint(rids) or began <= last[0]:
-            return [], 0.0
+        if last is None or last[1].isdisjoint(rids) or began.host <= last[0].host:
+            return [], None
         ended, _, after_decode = last
-        return [("schedule", ended, began)], (began - ended) * 1e3 if after_decode else 0.0
+        return [("schedule", ended.host, began.host)], (ended, began) if after_decode else None
 
     def _verifier(self, batch, view, decision: StepDecision, phases: list) -> RaggedVerifier | None:
         """Ragged, frontier-chunked verification with early pruning (None: SGLang's single pass)."""
@@ -233,19 +253,23 @@ class FaserEngine:
             return None
         controller, context_lens = self.controller, view.context_lens
 
-        def on_pass(vpass, began: float, ended: float) -> None:
-            controller.record_phase(VERIFY, len(vpass.members), vpass.rows, (ended - began) * 1e3,
-                                    context=int(context_lens[vpass.members].sum()))
-            phases.append(("verify", began, ended))
+        clock = self.clock
+
+        def on_pass(vpass, began: Mark, ended: Mark) -> None:
+            members, rows, context = len(vpass.members), vpass.rows, int(context_lens[vpass.members].sum())
+            clock.when_ready(ended, lambda: controller.record_phase(VERIFY, members, rows, clock.ms(began, ended),
+                                                                    context=context))
+            phases.append(("verify", began.host, ended.host))
 
         target_forward = sgl.target_forward(self.worker)
         rows = (decision.depth if self.tiers is not None else self.window) + 1
         return RaggedVerifier(target_forward, decision.lengths, sgl.prunable_requests(batch),
-                              self.config.frontier_size, rows, on_pass=on_pass)
+                              self.config.frontier_size, rows, on_pass=on_pass, clock=clock)
 
     # -- record ----------------------------------------------------------------------------------------------
-    def _record(self, decision, cut: DraftCut, verifier, width: int, phases, began, verify_began, verify_ended,
-                ended, host_ms, context: int, catch_up_ms: float) -> None:
+    def _record(self, decision, cut: DraftCut, verifier, width: int, phases, marks: StepMarks,
+                context: int) -> None:
+        """The step's counters and telemetry now; its costs once its marks can be read (``_record_costs``)."""
         controller, bs = self.controller, len(decision.lengths)
         if cut.path is not None:
             self.draft_path = cut.path
@@ -253,28 +277,41 @@ class FaserEngine:
         if verifier is not None:
             stats = verifier.stats
             controller.record_verification(stats.verified_rows, stats.pruned_rows, stats.offset_passes)
-            verify_ms = verifier.pass_seconds * 1e3
             if verifier.mismatches:
                 logger.error("FASER step: %d early-verified frontier(s) recomputed", verifier.mismatches)
         else:  # SGLang's single pass of ``width`` rows a request (or the plain decode's one)
             controller.record_verification(bs * width, 0, 0)
-            verify_ms = (verify_ended - verify_began) * 1e3
-        # the rest of the step, with the scheduler's host work since the last step, is the draft side's: a
-        # per-step cost that longer drafts amortise (a catch-up is a one-off per resumption and stays out of it)
-        total_ms = (ended - began) * 1e3
+        # what pricing needs, without the step's tensors (on a GPU it waits a step or two for the device)
+        passes = verifier.pass_marks if verifier is not None else None
+        verify_rows = verifier.stats.planned_rows if verifier is not None else bs * width
+        self.clock.when_ready(marks.ended, lambda: self._record_costs(decision, cut.rows, passes, verify_rows, marks,
+                                                                      context))
+        self._end_step(phases, batch_size=bs)
+
+    def _record_costs(self, decision, draft_rows: int, passes, verify_rows: int, marks: StepMarks,
+                      context: int) -> None:
+        """A step's milliseconds into the cost model and the trace; ``passes``: the ragged verifier's target
+        passes, each recorded as it ended (None: SGLang's single pass, timed here)."""
+        controller, bs, ms = self.controller, len(decision.lengths), self.clock.ms
+        single = passes is None
+        passes = [(marks.verify_began, marks.verify_ended)] if single else passes
+        verify_ms = sum(ms(a, b) for a, b in passes)
+        catch_up_ms = ms(*marks.catch_up) if marks.catch_up else 0.0
+        host_ms = ms(*marks.host_gap) if marks.host_gap else 0.0
+        # the rest of the step, with the scheduler's work since the last step, is the draft side's: a per-step
+        # cost that longer drafts amortise (a catch-up is a one-off per resumption and stays out of it)
+        total_ms = ms(marks.began, marks.ended)
         draft_ms = max(total_ms - verify_ms - catch_up_ms, 0.0) + host_ms
         if decision.sampled:  # one step of each hold, its last held one, stands for the shape (controller.py)
-            if verifier is None:
-                controller.record_phase(VERIFY, bs, bs * width, verify_ms, context=context)
+            if single:
+                controller.record_phase(VERIFY, bs, verify_rows, verify_ms, context=context)
             drafting = int(np.count_nonzero(decision.lengths))
-            controller.record_phase(DRAFT, bs, decision.depth, draft_ms, rows=cut.rows, drafting=drafting)
-            verify_rows = verifier.stats.planned_rows if verifier is not None else bs * width
-            controller.record_step(bs, verify_rows, decision.depth, cut.rows, drafting, context,
+            controller.record_phase(DRAFT, bs, decision.depth, draft_ms, rows=draft_rows, drafting=drafting)
+            controller.record_step(bs, verify_rows, decision.depth, draft_rows, drafting, context,
                                    verify_ms + draft_ms)
         if self.trace is not None:
             self.trace.write(decision, controller, verify_ms=verify_ms, draft_ms=draft_ms, catch_up_ms=catch_up_ms,
                              host_ms=host_ms, step_ms=total_ms)
-        self._end_step(phases, batch_size=bs)
 
     def _end_step(self, phases, batch_size: int) -> None:
         self.telemetry.record_step(phases, self.controller.counters, batch_size)

@@ -26,12 +26,12 @@ Why this is exact:
 from __future__ import annotations
 
 import logging
-import time
 
 import numpy as np
 import torch
 
 from sglang_faser.engine import touchpoints as sgl
+from sglang_faser.engine.step_clock import Mark, StepClock
 from sglang_faser.spec.frontier import FrontierStepStats, VerifyPass, first_rejection, frontier_bounds, plan_frontier
 
 logger = logging.getLogger(__name__)
@@ -41,13 +41,14 @@ class RaggedVerifier:
     """One step's verification as ragged passes; ``forward`` has the signature of SGLang's target call."""
 
     def __init__(self, target_forward, lengths: np.ndarray, prunable: np.ndarray, frontier_size: int, rows: int,
-                 on_pass=None):
+                 on_pass=None, clock: StepClock | None = None):
         self._target_forward = target_forward
         self.lengths = np.minimum(np.asarray(lengths, dtype=np.int64), rows - 1)
         self.prunable = np.asarray(prunable, dtype=bool)
         self.n = rows  # verify rows per request in SGLang's layout: depth + 1
         self.bounds = frontier_bounds(rows - 1, frontier_size)
-        self.on_pass = on_pass  # on_pass(VerifyPass, start_s, end_s) for phase timing and the cost model
+        self.on_pass = on_pass  # on_pass(VerifyPass, began, ended: Mark) for phase timing and the cost model
+        self.clock = clock or StepClock()
         bs = len(self.lengths)
         self.live = np.arange(bs)
         self.live_after: list[np.ndarray] = []  # the live set after each verified frontier
@@ -58,7 +59,7 @@ class RaggedVerifier:
         self._whole = False  # the one pass covered every row: its result is the step's
         self.stats = FrontierStepStats(planned_rows=int((self.lengths + 1).sum()))
         self.mismatches = 0
-        self.pass_seconds = 0.0  # wall time of all target passes so far
+        self.pass_marks: list[tuple[Mark, Mark]] = []  # each target pass's boundaries
 
     @property
     def frontiers_done(self) -> int:
@@ -81,14 +82,14 @@ class RaggedVerifier:
         vpass = plan_frontier(f, (start, end), self.live, self.lengths)
         if vpass is not None:
             self.stats.frontiers += 1
-            began = time.perf_counter()
+            began = self.clock.mark()
             rows = _flat_rows(vpass, self.n, sgl.verify_tokens(fb).device)
             sub = fb if vpass.rows == len(self.lengths) * self.n else sgl.ragged_verify_batch(
                 fb, vpass.members, vpass.offset, vpass.widths, rows)
             self._last = sgl.run_target_pass(self._target_forward, sub, pp_proxy_tensors)
             self._store(vpass, rows, *sgl.pass_outputs(self._last))
-            ended = time.perf_counter()
-            self.pass_seconds += ended - began
+            ended = self.clock.mark()
+            self.pass_marks.append((began, ended))
             if self.on_pass is not None:
                 self.on_pass(vpass, began, ended)
         known = self.n if known_rows is None else known_rows

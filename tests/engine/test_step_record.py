@@ -4,26 +4,35 @@ whole-step samples."""
 
 from __future__ import annotations
 
+import pytest
+
 from sglang_faser.engine.draft_cut import DraftCut, DraftSchedule
-from sglang_faser.engine.step import FaserEngine
+from sglang_faser.engine.step import FaserEngine, StepMarks
+from sglang_faser.engine.step_clock import Mark, StepClock
 from sglang_faser.spec.config import FaserConfig
 from sglang_faser.spec.controller import LengthController
 from sglang_faser.spec.cost_model import DRAFT, VERIFY
 from sglang_faser.spec.telemetry import TelemetryRecorder
 
 
-def _engine() -> FaserEngine:
+def _engine(clock: StepClock | None = None) -> FaserEngine:
     engine = FaserEngine.__new__(FaserEngine)  # the recording half only: no SGLang worker behind it
     engine.controller = LengthController(FaserConfig(mode="off"), window=3)
     engine.draft_path, engine.trace, engine.metrics, engine._metrics_at = "none", None, None, 0.0
     engine.telemetry = TelemetryRecorder()
+    engine.clock = clock or StepClock()
     return engine
 
 
-def _plain_step(engine: FaserEngine, rids: list[str]):
+def _host_marks(began=1.0, verify_began=1.0, verify_ended=1.002, ended=1.0025, gap_from=0.9996) -> StepMarks:
+    return StepMarks(Mark(began), Mark(verify_began), Mark(verify_ended), Mark(ended),
+                     host_gap=(Mark(gap_from), Mark(began)))
+
+
+def _plain_step(engine: FaserEngine, rids: list[str], marks: StepMarks | None = None):
     decision = engine.controller.decide(rids)
-    engine._record(decision, DraftCut(DraftSchedule(decision.lengths), 0), None, 1,
-                   [("verify", 1.0, 1.002)], 1.0, 1.0, 1.002, 1.0025, host_ms=0.4, context=40, catch_up_ms=0.0)
+    engine._record(decision, DraftCut(DraftSchedule(decision.lengths), 0), None, 1, [("verify", 1.0, 1.002)],
+                   marks or _host_marks(), context=40)
     engine.controller.observe([0] * len(rids))
     return decision
 
@@ -58,3 +67,28 @@ def test_request_limits_are_parsed_once_per_batch_of_the_same_params():
     assert engine._limits_of([None, tight, critical])[0] is caps  # the same objects: the same arrays
     assert engine._limits_of([None, {"faser": {"max_len": 2}}, critical])[0] is not caps  # another request's
     assert engine._limits_of([tight, None])[0].tolist() == [2, 5]
+
+
+def test_on_a_gpu_a_step_is_priced_by_the_devices_times_once_they_can_be_read():
+    """A verify launch returns at once (host 0.01 ms); the device took 9 ms: the sample must say 9, and wait."""
+    from tests.engine.test_step_clock import FakeDevice
+
+    device = FakeDevice()
+    engine = _engine(StepClock(device.event))
+    clock = engine.clock
+    gap_from, began, verify_began, verify_ended, ended = (clock.mark() for _ in range(5))  # launched at once
+    marks = StepMarks(began, verify_began, verify_ended, ended, host_gap=(gap_from, began))
+    decided = _plain_step(engine, ["a"], marks)
+    assert decided.sampled is False  # a parked hold's deciding step: counted, not a sample
+    for _ in range(3):
+        _plain_step(engine, ["a"], marks)  # held; the last of these is a sample
+    assert _samples(engine) == (0, 0, 4)  # counted at once, priced once the device passed the marks
+    # the last step's end at 100, its start at 100.5 (the device waited 0.5 ms for the host), verify 100.5 + 0.2
+    # .. 109.7, then the draft-extend until 111
+    device.run_until(100.0, 100.5, 100.7, 109.7, 111.0)
+    clock.poll()
+    cost = engine.controller.cost
+    assert _samples(engine) == (1, 1, 4)
+    x, verify_ms, _ = cost._online[VERIFY].arrays()
+    _, draft_ms, _ = cost._online[DRAFT].arrays()
+    assert verify_ms.tolist() == pytest.approx([9.0]) and draft_ms.tolist() == pytest.approx([1.5 + 0.5])

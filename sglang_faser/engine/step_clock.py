@@ -1,0 +1,76 @@
+"""Where a step's phase times are read: the host's clock on CPU, the GPU stream's on a GPU.
+
+The cost model must see what a phase costs the machine. On CPU the host runs the forward passes itself, so host
+times are the costs. On a GPU the host only launches work: a CUDA graph replay returns at once, and with overlap
+scheduling the scheduler waits for step N while it launches step N + 1, so host times between phase boundaries
+are launch times and the GPU's work lands in whichever later wait happens to sync (the first H200 run fitted a
+verify pass at a flat 14 ms, with no cost per token, and drafted the whole window at 32 requests). There every
+boundary is also a CUDA event on the stream the step runs on, read once the GPU has passed it (a step or two
+later, never waiting for it), and what a step measured reaches the cost model then (``when_ready``). A gap
+between two steps' events is the time the GPU waited for the host, the scheduler's work that overlap did not hide.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+
+PENDING_MAX = 256  # steps whose events are not yet read; beyond this the oldest are dropped, never waited for
+
+
+@dataclass(frozen=True)
+class Mark:
+    """One phase boundary: the host's time (telemetry's phases) and, on a GPU, an event recorded there."""
+
+    host: float
+    event: object = None
+
+
+class StepClock:
+    """``mark()`` at each boundary, ``ms(a, b)`` between two, ``when_ready(mark, fn)`` to run ``fn`` once ``mark``
+    (and every mark before it) can be read; ``poll()`` runs what became ready (each step calls it)."""
+
+    def __init__(self, event_factory=None):
+        self._event = event_factory  # None: host times only (CPU)
+        self._pending: deque = deque()  # (mark, fn), in the order the marks were made
+        self.dropped = 0
+
+    @classmethod
+    def for_device(cls, device) -> StepClock:
+        if str(device).startswith("cuda"):
+            import torch
+
+            if torch.cuda.is_available():
+                return cls(lambda: torch.cuda.Event(enable_timing=True))
+        return cls()
+
+    @property
+    def on_gpu(self) -> bool:
+        return self._event is not None
+
+    def mark(self) -> Mark:
+        if self._event is None:
+            return Mark(time.perf_counter())
+        event = self._event()
+        event.record()  # on the current stream: the one the step's work is queued on
+        return Mark(time.perf_counter(), event)
+
+    @staticmethod
+    def ms(a: Mark, b: Mark) -> float:
+        if a.event is None or b.event is None:
+            return (b.host - a.host) * 1e3
+        return float(a.event.elapsed_time(b.event))
+
+    def when_ready(self, mark: Mark, fn) -> None:
+        self._pending.append((mark, fn))
+        if len(self._pending) > PENDING_MAX:
+            self._pending.popleft()
+            self.dropped += 1
+        self.poll()
+
+    def poll(self) -> None:
+        """Run, oldest first, every callback whose mark the device has passed (one stream passes them in order)."""
+        pending = self._pending
+        while pending and (pending[0][0].event is None or pending[0][0].event.query()):
+            pending.popleft()[1]()
