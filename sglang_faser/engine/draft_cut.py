@@ -49,6 +49,11 @@ class DraftCut:
         self.skipped = 0  # rows not computed: past the request's k_i, or after a rejection
         self.ran_whole = False  # a forward that could have skipped requests ran over all of them
 
+    def rows_run(self, batch: int) -> int:
+        """Draft rows the step computed: counted by the hook, or every request at every forward where no forward
+        reached it (a CUDA-graph replay drafts inside the graph)."""
+        return batch * self.forwards_needed if self.step == 0 else self.rows
+
     @property
     def path(self) -> str | None:
         if self.forwards_needed == 0:

@@ -102,8 +102,12 @@ class FaserEngine:
     # -- the scheduler's entry -----------------------------------------------------------------------------
     def forward(self, batch, on_publish, grammar_barrier, pp_proxy_tensors, stock):
         kind = sgl.decode_step_kind(batch)
-        if self.verify_path == "stock-tree" or kind == "stock":
+        if self.verify_path == "stock-tree":
             return stock(batch, on_publish, grammar_barrier, pp_proxy_tensors)
+        if kind == "stock":  # SGLang's own step: its time is not the scheduler's work before the next decode
+            result = stock(batch, on_publish, grammar_barrier, pp_proxy_tensors)
+            self._last = (self.clock.mark(), self._last[1] if self._last else frozenset(), False)
+            return result
         if kind == "prefill":
             began = time.perf_counter()
             result = stock(batch, on_publish, grammar_barrier, pp_proxy_tensors)
@@ -257,8 +261,9 @@ class FaserEngine:
 
         def on_pass(vpass, began: Mark, ended: Mark) -> None:
             members, rows, context = len(vpass.members), vpass.rows, int(context_lens[vpass.members].sum())
+            step = controller.counters.steps
             clock.when_ready(ended, lambda: controller.record_phase(VERIFY, members, rows, clock.ms(began, ended),
-                                                                    context=context))
+                                                                    context=context, step=step))
             phases.append(("verify", began.host, ended.host))
 
         target_forward = sgl.target_forward(self.worker)
@@ -273,7 +278,8 @@ class FaserEngine:
         controller, bs = self.controller, len(decision.lengths)
         if cut.path is not None:
             self.draft_path = cut.path
-        controller.record_drafting(cut.rows, cut.skipped, cut=self.draft_path == "cut")
+        draft_rows = cut.rows_run(bs)
+        controller.record_drafting(draft_rows, cut.skipped, cut=self.draft_path == "cut")
         if verifier is not None:
             stats = verifier.stats
             controller.record_verification(stats.verified_rows, stats.pruned_rows, stats.offset_passes)
@@ -284,14 +290,17 @@ class FaserEngine:
         # what pricing needs, without the step's tensors (on a GPU it waits a step or two for the device)
         passes = verifier.pass_marks if verifier is not None else None
         verify_rows = verifier.stats.planned_rows if verifier is not None else bs * width
-        self.clock.when_ready(marks.ended, lambda: self._record_costs(decision, cut.rows, passes, verify_rows, marks,
-                                                                      context))
+        traced = self.trace.decided(decision) if self.trace is not None else None
+        step = controller.counters.steps
+        self.clock.when_ready(marks.ended, lambda: self._record_costs(decision, draft_rows, passes, verify_rows, marks,
+                                                                      context, traced, step))
         self._end_step(phases, batch_size=bs)
 
     def _record_costs(self, decision, draft_rows: int, passes, verify_rows: int, marks: StepMarks,
-                      context: int) -> None:
-        """A step's milliseconds into the cost model and the trace; ``passes``: the ragged verifier's target
-        passes, each recorded as it ended (None: SGLang's single pass, timed here)."""
+                      context: int, traced: dict | None, step: int) -> None:
+        """A step's milliseconds into the cost model and its trace line (``traced``); ``passes``: the ragged
+        verifier's target passes, each recorded as it ended (None: SGLang's single pass, timed here); ``step``:
+        its count (``LengthController.record_phase``)."""
         controller, bs, ms = self.controller, len(decision.lengths), self.clock.ms
         single = passes is None
         passes = [(marks.verify_began, marks.verify_ended)] if single else passes
@@ -304,14 +313,15 @@ class FaserEngine:
         draft_ms = max(total_ms - verify_ms - catch_up_ms, 0.0) + host_ms
         if decision.sampled:  # one step of each hold, its last held one, stands for the shape (controller.py)
             if single:
-                controller.record_phase(VERIFY, bs, verify_rows, verify_ms, context=context)
+                controller.record_phase(VERIFY, bs, verify_rows, verify_ms, context=context, step=step)
             drafting = int(np.count_nonzero(decision.lengths))
-            controller.record_phase(DRAFT, bs, decision.depth, draft_ms, rows=draft_rows, drafting=drafting)
+            controller.record_phase(DRAFT, bs, decision.depth, draft_ms, rows=draft_rows, drafting=drafting,
+                                    step=step)
             controller.record_step(bs, verify_rows, decision.depth, draft_rows, drafting, context,
-                                   verify_ms + draft_ms)
-        if self.trace is not None:
-            self.trace.write(decision, controller, verify_ms=verify_ms, draft_ms=draft_ms, catch_up_ms=catch_up_ms,
-                             host_ms=host_ms, step_ms=total_ms)
+                                   verify_ms + draft_ms, step=step)
+        if traced is not None:
+            self.trace.measured(traced, controller, verify_ms=verify_ms, draft_ms=draft_ms, catch_up_ms=catch_up_ms,
+                                host_ms=host_ms, step_ms=total_ms)
 
     def _end_step(self, phases, batch_size: int) -> None:
         self.telemetry.record_step(phases, self.controller.counters, batch_size)

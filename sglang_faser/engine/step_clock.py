@@ -12,9 +12,12 @@ between two steps' events is the time the GPU waited for the host, the scheduler
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from dataclasses import dataclass
+
+logger = logging.getLogger(__name__)
 
 PENDING_MAX = 256  # steps whose events are not yet read; beyond this the oldest are dropped, never waited for
 
@@ -63,14 +66,25 @@ class StepClock:
         return float(a.event.elapsed_time(b.event))
 
     def when_ready(self, mark: Mark, fn) -> None:
+        """On CPU ``fn`` runs now; on a GPU it waits for the next ``poll`` (at a step's start: refits and trace
+        writes of earlier steps must not land inside the step being timed)."""
+        if mark.event is None and not self._pending:
+            self._run(fn)
+            return
         self._pending.append((mark, fn))
         if len(self._pending) > PENDING_MAX:
             self._pending.popleft()
             self.dropped += 1
-        self.poll()
 
     def poll(self) -> None:
         """Run, oldest first, every callback whose mark the device has passed (one stream passes them in order)."""
         pending = self._pending
         while pending and (pending[0][0].event is None or pending[0][0].event.query()):
-            pending.popleft()[1]()
+            self._run(pending.popleft()[1])
+
+    @staticmethod
+    def _run(fn) -> None:
+        try:
+            fn()
+        except Exception:  # a lost sample must not fail the step that reads it
+            logger.exception("FASER: recording a step's measured times failed")

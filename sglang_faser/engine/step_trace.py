@@ -1,12 +1,13 @@
 """A per-step trace of the policy's choice against what the step then cost: the tool to see why FASER chose a length.
 
 ``SGLANG_FASER_STEP_TRACE=/path/steps.jsonl`` (set for the server process) makes every FASER decode step append
-one JSON line: when it ended, the batch size, each request's length and the depth run, what the policy expected
-(tokens and milliseconds, after the measured residual), the measured phases (verify, the rest of the step with
-the scheduler's host time, catch-up), the drafts each request had accepted, and the cost model's coefficients and
-depth factors for that batch. A line is written when its step's acceptance arrives (SGLang reports it after the
-step, ``observe``), line-buffered, so the trace of a live server can be read while it serves; off by default (a
-JSON line per step is host work a server should not pay unasked).
+one JSON line: when its times were read, the batch size, each request's length and the depth run, what the
+policy expected (tokens and milliseconds, after the measured residual), the measured phases (verify, the rest of
+the step with the scheduler's host time, catch-up), the drafts each request had accepted, and the cost model's
+coefficients and depth factors for that batch. A line is written once its step's acceptance (SGLang reports it
+after the step, ``observe``) and its measured times (on a GPU read a step or two later) have both arrived,
+line-buffered, so the trace of a live server can be read while it serves; off by default (a JSON line per step is
+host work a server should not pay unasked).
 """
 
 from __future__ import annotations
@@ -30,36 +31,50 @@ def _rounded(values) -> list[float]:
 class StepTrace:
     def __init__(self, path: str):
         self._file = open(path, "a", buffering=1)  # noqa: SIM115 - open for the server's lifetime
-        self._waiting: deque[dict] = deque(maxlen=4)  # steps whose acceptance has not arrived yet, oldest first
+        # steps not written yet, oldest first: each waits for its measured times (on a GPU read a step or two later,
+        # engine/step_clock.py) and its acceptance (``observe``), which arrive in either order
+        self._waiting: deque[dict] = deque(maxlen=16)
 
     @classmethod
     def from_env(cls) -> StepTrace | None:
         path = os.environ.get(ENV_VAR)
         return cls(path) if path else None
 
-    def write(self, decision, controller, **measured_ms: float) -> None:
-        """One step: ``decision`` (its ``StepDecision``), the controller after recording it, measured times; written
-        by the ``observe`` that brings its acceptance."""
-        cost, batch = controller.cost, len(decision.lengths)
+    def decided(self, decision) -> dict:
+        """A step as decided; ``measured`` and ``observe`` complete it."""
         record = {
-            "time": round(time.time(), 4),  # when the step ended (wall clock, seconds)
-            "batch": batch,
+            "batch": len(decision.lengths),
             "lengths": decision.lengths.tolist(),
             "depth": int(decision.depth),
             "calibration": bool(decision.calibration),
             "expected_tokens": round(decision.expected_tokens, 3),
             "expected_ms": round(decision.expected_ms, 3),
+        }
+        self._waiting.append(record)
+        return record
+
+    def measured(self, record: dict, controller, **measured_ms: float) -> None:
+        """Its measured times, and the cost model after recording them."""
+        cost, batch = controller.cost, record["batch"]
+        record.update({
+            "time": round(time.time(), 4),  # when its times were read (wall clock, seconds)
             **{name: round(ms, 3) for name, ms in measured_ms.items()},
             "verify_coef": _rounded(cost.coefs(VERIFY, batch)),
             "draft_coef": _rounded(cost.coefs(DRAFT, batch)),
             "depth_factor": _rounded(cost.depth_factor(batch, controller.window)),
             "catch_up_coef": _rounded(cost.catch_up_coef),
-        }
-        self._waiting.append(record)
+        })
+        self._flush()
 
     def observe(self, accepted) -> None:
         """The accepted draft counts of the oldest step waiting for them (as ``LengthController.observe``)."""
-        if self._waiting:
-            record = self._waiting.popleft()
-            record["accepted"] = [int(a) for a in list(accepted)[: record["batch"]]]
-            self._file.write(json.dumps(record) + "\n")
+        for record in self._waiting:
+            if "accepted" not in record:
+                record["accepted"] = [int(a) for a in list(accepted)[: record["batch"]]]
+                break
+        self._flush()
+
+    def _flush(self) -> None:
+        waiting = self._waiting
+        while waiting and "accepted" in waiting[0] and "time" in waiting[0]:
+            self._file.write(json.dumps(waiting.popleft()) + "\n")

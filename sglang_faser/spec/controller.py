@@ -270,22 +270,24 @@ class LengthController:
         return self.counters.steps < self.calibration_steps
 
     def record_phase(self, phase: str, batch: int, size: int, ms: float, rows: int | None = None,
-                     drafting: int | None = None, context: int = 0) -> None:
+                     drafting: int | None = None, context: int = 0, step: int | None = None) -> None:
         """A measured phase time (``rows``: draft rows computed; ``drafting``: requests with k_i > 0; ``context``:
-        context tokens a verify pass read); during the start-up sweep it joins the cost model's profile prior."""
-        if self.counters.steps <= self.calibration_steps:
-            if self.counters.steps > self.window + 1:  # the first sweep only warms each depth's runtime state up
+        context tokens a verify pass read); during the start-up sweep it joins the cost model's profile prior.
+        ``step``: the count of the step it measured (default: the last decided; on a GPU times arrive steps later)."""
+        step = self.counters.steps if step is None else step
+        if step <= self.calibration_steps:
+            if step > self.window + 1:  # the first sweep only warms each depth's runtime state up
                 self.cost.add_profile_sample(phase, batch, size, ms, rows, drafting, context)
-            if self.counters.steps == self.calibration_steps and phase == DRAFT:
+            if step == self.calibration_steps and phase == DRAFT:
                 self.cost.refit()
         else:
             self.cost.record(phase, batch, size, ms, rows, drafting, context)
 
     def record_step(self, batch: int, verify_rows: int, depth: int, draft_rows: int, drafting: int, context: int,
-                    ms: float) -> None:
+                    ms: float, step: int | None = None) -> None:
         """A whole step's measured time (verify and the rest, catch-ups excluded), against what the fit prices its
         shape at: the cost model's per-depth residual (not during the start-up sweep, which is the fit's prior)."""
-        if self.counters.steps > self.calibration_steps:
+        if (self.counters.steps if step is None else step) > self.calibration_steps:
             modelled = self.cost.modelled_step_ms(batch, verify_rows, depth, draft_rows, drafting, context)
             self.cost.record_step(batch, depth, modelled, ms)
 

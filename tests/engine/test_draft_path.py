@@ -55,15 +55,30 @@ def test_a_backend_without_a_sub_settable_table_reports_full_depth():
     cut = DraftCut(DraftSchedule(np.array([1, 3, 2])), depth=3)
     calls, _ = _run(cut, SimpleNamespace(draft_decode_metadata=None), forwards=2)
     assert calls == [BS, BS] and cut.skipped == 0
-    assert cut.path == "full-depth"
+    assert cut.path == "full-depth" and cut.rows_run(BS) == cut.rows == 2 * BS
 
 
 def test_a_hook_never_called_reports_full_depth():
     """CUDA-graph replay drafts inside the graph and never calls the runner's forward."""
     cut = DraftCut(DraftSchedule(np.array([1, 3, 2])), depth=3)
     assert cut.path == "full-depth"
+    assert cut.rows == 0 and cut.rows_run(3) == 3 * 2  # every request at both forwards, as the cost model prices it
 
 
 def test_a_step_without_draft_forwards_reports_nothing():
     assert DraftCut(DraftSchedule(np.array([1, 1])), depth=1).path is None
     assert DraftCut(DraftSchedule(np.array([0, 0])), depth=0).path is None
+
+
+def test_depth_tier_switches_are_not_logged_and_the_rest_of_sglangs_log_is():
+    """FASER switches SGLang's runtime state most steps; SGLang logs each switch at INFO."""
+    import logging
+
+    from sglang_faser.engine import touchpoints
+
+    def record(msg: str) -> logging.LogRecord:
+        return logging.LogRecord("sglang.srt.speculative.eagle_worker_v2", logging.INFO, __file__, 1, msg, (), None)
+
+    switch = record("Switch adaptive runtime state: steps 4 -> 6, draft_tokens 5 -> 7")
+    assert not touchpoints._quiet_tier_switches(switch)
+    assert touchpoints._quiet_tier_switches(record("Built adaptive runtime state steps=3: elapsed=1.00s"))

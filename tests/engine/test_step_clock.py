@@ -73,3 +73,26 @@ def test_a_device_that_never_answers_costs_old_samples_not_memory(monkeypatch):
     for _ in range(5):
         clock.when_ready(clock.mark(), lambda: None)
     assert clock.dropped == 2 and len(clock._pending) == 3
+
+
+def test_a_failing_record_is_logged_and_the_step_goes_on(caplog):
+    clock = StepClock()
+
+    def broken():
+        raise RuntimeError("trace disk full")
+
+    clock.when_ready(clock.mark(), broken)
+    assert "recording a step's measured times failed" in caplog.text
+
+
+def test_on_a_gpu_records_wait_for_the_next_steps_poll_even_when_ready():
+    """Refits and trace writes of earlier steps run at a step's start, not inside the step being timed."""
+    device = FakeDevice()
+    clock = StepClock(device.event)
+    seen = []
+    mark = clock.mark()
+    device.run_until(1.0)
+    clock.when_ready(mark, lambda: seen.append(1))
+    assert seen == []
+    clock.poll()
+    assert seen == [1]

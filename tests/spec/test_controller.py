@@ -313,3 +313,21 @@ def test_a_parked_holds_deciding_step_is_no_cost_sample_and_a_drafting_holds_is(
     assert [parked.decide(["a"]).sampled for _ in range(4)] == [False, False, False, True]
     drafting = LengthController(FaserConfig(mode="fixed", fixed_len=2), window=3)
     assert [drafting.decide(["a"]).sampled for _ in range(4)] == [True, False, False, True]
+
+
+def test_a_start_up_sweep_sample_read_steps_late_still_joins_the_prior():
+    """On a GPU a step's times arrive a step or two after it (engine/step_clock.py): the sweep's last samples
+    must go where their own step puts them (the profile prior), not where the step count is when they arrive."""
+    from sglang_faser.spec.cost_model import DRAFT
+
+    window = 3
+    controller = LengthController(FaserConfig(), window=window, calibration_sweeps=2)
+    for _ in range(controller.calibration_steps + 2):
+        controller.decide(["a"])
+        controller.observe([0])
+    cost = controller.cost
+    prior, online = len(cost._prior[DRAFT]), len(cost._online[DRAFT])
+    controller.record_phase(DRAFT, 1, 2, 5.0, rows=1, drafting=1, step=controller.calibration_steps)
+    assert (len(cost._prior[DRAFT]), len(cost._online[DRAFT])) == (prior + 1, online)
+    controller.record_phase(DRAFT, 1, 2, 5.0, rows=1, drafting=1)  # default: the last decided step's
+    assert (len(cost._prior[DRAFT]), len(cost._online[DRAFT])) == (prior + 1, online + 1)
