@@ -109,10 +109,10 @@ class FaserEngine:
             self._last = (self.clock.mark(), self._last[1] if self._last else frozenset(), False)
             return result
         if kind == "prefill":
-            began = time.perf_counter()
+            began = self.clock.mark()
             result = stock(batch, on_publish, grammar_barrier, pp_proxy_tensors)
             ended = self.clock.mark()
-            self._end_step([("prefill", began, ended.host)], batch_size=0)
+            self.clock.when_ready(ended, lambda: self._end_step([("prefill", began, ended)], batch_size=0))
             self._last = (ended, self._last[1] if self._last else frozenset(), False)
             return result
         return self.decode(batch, on_publish, grammar_barrier, pp_proxy_tensors)
@@ -133,7 +133,7 @@ class FaserEngine:
         # is the target's plain decode where SGLang allows it, else a one-row verify
         plain = decision.depth == 0 and sgl.plain_decode_supported(self.worker, batch)
         verifier = None if plain else self._verifier(batch, view, decision, phases)
-        draft_began = time.perf_counter()
+        draft_began = self.clock.mark()
         catch_up = None
         if plain:
             verify_input, cut = None, DraftCut(DraftSchedule([]), 0)
@@ -146,8 +146,7 @@ class FaserEngine:
             cut = DraftCut(schedule, decision.depth)
             with sgl.draft_runner_hook(self.worker, cut.hook):
                 verify_input = sgl.draft(self.worker, batch)
-            early = [(a, b) for phase, a, b in phases if phase == "verify"]
-            phases += [("draft", a, b) for a, b in subtract(draft_began, time.perf_counter(), early)]
+            phases.append(("draft", draft_began, self.clock.mark()))  # less the verify passes inside it
 
         # verify: chains cut at k_i; the target computes the planned rows only
         verify_began = self.clock.mark()
@@ -162,7 +161,7 @@ class FaserEngine:
                 result = sgl.verify(self.worker, batch, verify_input, pp_proxy_tensors, grammar_barrier)
             roots, width = sgl.verified_tokens(verify_input)
         verify_ended = self.clock.mark()
-        phases.append(("verify", verify_began.host, verify_ended.host))
+        phases.append(("verify", verify_began, verify_ended))
 
         # commit: the scheduler learns the new lengths, the draft catches up on the accepted tokens, except for
         # requests that drafted nothing (k_i = 0): they catch up when they draft again, and a step where nobody
@@ -184,7 +183,7 @@ class FaserEngine:
         else:
             sgl.draft_extend(self.worker, batch, result, verify_input)
         ended = self.clock.mark()
-        phases.append(("draft_extend", verify_ended.host, ended.host))
+        phases.append(("draft_extend", verify_ended, ended))
         sgl.set_cap_lens(result, decision.lengths)
 
         # record
@@ -249,7 +248,7 @@ class FaserEngine:
         if last is None or last[1].isdisjoint(rids) or began.host <= last[0].host:
             return [], None
         ended, _, after_decode = last
-        return [("schedule", ended.host, began.host)], (ended, began) if after_decode else None
+        return [("schedule", ended, began)], (ended, began) if after_decode else None
 
     def _verifier(self, batch, view, decision: StepDecision, phases: list) -> RaggedVerifier | None:
         """Ragged, frontier-chunked verification with early pruning (None: SGLang's single pass)."""
@@ -264,7 +263,7 @@ class FaserEngine:
             step = controller.counters.steps
             clock.when_ready(ended, lambda: controller.record_phase(VERIFY, members, rows, clock.ms(began, ended),
                                                                     context=context, step=step))
-            phases.append(("verify", began.host, ended.host))
+            phases.append(("verify", began, ended))
 
         target_forward = sgl.target_forward(self.worker)
         rows = (decision.depth if self.tiers is not None else self.window) + 1
@@ -294,7 +293,7 @@ class FaserEngine:
         step = controller.counters.steps
         self.clock.when_ready(marks.ended, lambda: self._record_costs(decision, draft_rows, passes, verify_rows, marks,
                                                                       context, traced, step))
-        self._end_step(phases, batch_size=bs)
+        self.clock.when_ready(marks.ended, lambda: self._end_step(phases, batch_size=bs))
 
     def _record_costs(self, decision, draft_rows: int, passes, verify_rows: int, marks: StepMarks,
                       context: int, traced: dict | None, step: int) -> None:
@@ -323,8 +322,15 @@ class FaserEngine:
             self.trace.measured(traced, controller, verify_ms=verify_ms, draft_ms=draft_ms, catch_up_ms=catch_up_ms,
                                 host_ms=host_ms, step_ms=total_ms)
 
-    def _end_step(self, phases, batch_size: int) -> None:
-        self.telemetry.record_step(phases, self.controller.counters, batch_size)
+    def _end_step(self, phases: list[tuple[str, Mark, Mark]], batch_size: int) -> None:
+        """A step's phases into telemetry, on the machine's timeline (the device's on a GPU, where the host's
+        would be launch times); a draft phase less the verify passes run inside it (frontiers)."""
+        seconds = self.clock.seconds
+        spans = [(name, seconds(a), seconds(b)) for name, a, b in phases]
+        verify = [(a, b) for name, a, b in spans if name == "verify"]
+        spans = [(name, a, b) for name, a, b in spans if name != "draft"] + [
+            ("draft", a, b) for name, start, end in spans if name == "draft" for a, b in subtract(start, end, verify)]
+        self.telemetry.record_step(spans, self.controller.counters, batch_size)
         now = time.monotonic()
         if self.metrics is not None and now - self._metrics_at >= 1.0:
             self._metrics_at = now

@@ -6,8 +6,9 @@ scheduling the scheduler waits for step N while it launches step N + 1, so host 
 are launch times and the GPU's work lands in whichever later wait happens to sync (the first H200 run fitted a
 verify pass at a flat 14 ms, with no cost per token, and drafted the whole window at 32 requests). There every
 boundary is also a CUDA event on the stream the step runs on, read once the GPU has passed it (a step or two
-later, never waiting for it), and what a step measured reaches the cost model then (``when_ready``). A gap
-between two steps' events is the time the GPU waited for the host, the scheduler's work that overlap did not hide.
+later, never waiting for it), and what a step measured reaches the cost model and telemetry's phase shares then
+(``when_ready``). A gap between two steps' events is the time the GPU waited for the host, the scheduler's work that
+overlap did not hide.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class StepClock:
 
     def __init__(self, event_factory=None):
         self._event = event_factory  # None: host times only (CPU)
+        self._origin: Mark | None = None  # the first mark: where the device's timeline meets the host's
         self._pending: deque = deque()  # (mark, fn), in the order the marks were made
         self.dropped = 0
 
@@ -57,7 +59,17 @@ class StepClock:
             return Mark(time.perf_counter())
         event = self._event()
         event.record()  # on the current stream: the one the step's work is queued on
-        return Mark(time.perf_counter(), event)
+        mark = Mark(time.perf_counter(), event)
+        if self._origin is None:
+            self._origin = mark
+        return mark
+
+    def seconds(self, mark: Mark) -> float:
+        """When the device passed ``mark``, on the host's clock (perf_counter seconds; on CPU the host's time): the
+        device's times are placed after its first mark's host time, so intervals between marks are the device's."""
+        if mark.event is None or self._origin is None:
+            return mark.host
+        return self._origin.host + self.ms(self._origin, mark) / 1e3
 
     @staticmethod
     def ms(a: Mark, b: Mark) -> float:

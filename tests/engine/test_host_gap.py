@@ -10,7 +10,8 @@ from sglang_faser.engine.step_clock import Mark, StepClock
 
 def _gap(last, began, rids):
     last = None if last is None else (Mark(last[0]), *last[1:])
-    return FaserEngine._host_gap(SimpleNamespace(_last=last), Mark(began), frozenset(rids))
+    phases, gap = FaserEngine._host_gap(SimpleNamespace(_last=last), Mark(began), frozenset(rids))
+    return [(name, a.host, b.host) for name, a, b in phases], gap
 
 
 def test_back_to_back_decode_steps_count_the_gap_as_schedule_and_step_cost():

@@ -31,8 +31,9 @@ def _host_marks(began=1.0, verify_began=1.0, verify_ended=1.002, ended=1.0025, g
 
 def _plain_step(engine: FaserEngine, rids: list[str], marks: StepMarks | None = None):
     decision = engine.controller.decide(rids)
-    engine._record(decision, DraftCut(DraftSchedule(decision.lengths), 0), None, 1, [("verify", 1.0, 1.002)],
-                   marks or _host_marks(), context=40)
+    marks = marks or _host_marks()
+    engine._record(decision, DraftCut(DraftSchedule(decision.lengths), 0), None, 1,
+                   [("verify", marks.verify_began, marks.verify_ended)], marks, context=40)
     engine.controller.observe([0] * len(rids))
     return decision
 
@@ -92,3 +93,5 @@ def test_on_a_gpu_a_step_is_priced_by_the_devices_times_once_they_can_be_read():
     x, verify_ms, _ = cost._online[VERIFY].arrays()
     _, draft_ms, _ = cost._online[DRAFT].arrays()
     assert verify_ms.tolist() == pytest.approx([9.0]) and draft_ms.tolist() == pytest.approx([1.5 + 0.5])
+    # telemetry's phase times are the device's too: 4 steps of 9 ms verifying (the host launched each in 0 ms)
+    assert engine.telemetry._now.busy["verify"] == pytest.approx(4 * 0.009)
