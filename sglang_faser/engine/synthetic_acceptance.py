@@ -12,8 +12,9 @@ Off unless ``SGLANG_FASER_SYNTHETIC_ACCEPTANCE`` is set (``benchmarks/serve_benc
 sets it); the plugin then installs :func:`around_eagle_sample` and logs a warning in every scheduler. Chain drafts
 only (``--speculative-eagle-topk 1``). Meant for SGLang's single-pass verify (GPU backends): with FASER's ragged
 frontier passes, early pruning still follows the real tokens, so rows it skipped may be "accepted" here with KV never
-computed, which only a synthetic run can tolerate. Parsing and the draws are plain Python/numpy, tested without an
-engine.
+computed, which only a synthetic run can tolerate. The draws stay on the device (a host read of the chains in every
+verify step would stall a GPU's overlap scheduling in every speculative configuration and in none without, and
+tilt the comparison towards no speculation); parsing and the draws are tested without an engine.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ import json
 import logging
 import os
 from dataclasses import dataclass
-
-import numpy as np
 
 from sglang_faser.engine import touchpoints
 
@@ -74,14 +73,15 @@ class SyntheticAcceptance:
         return self.low + (self.high - self.low) * (int.from_bytes(digest[:8], "little") / 2**64)
 
     @staticmethod
-    def draw(rates: np.ndarray, chain_lengths: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Accepted drafts per request: leading successes of Bernoulli(rate) trials, at most the chain length."""
-        width = int(chain_lengths.max(initial=0))
-        if width == 0:
-            return np.zeros(len(rates), dtype=np.int64)
-        hits = rng.random((len(rates), width)) < rates[:, None]
-        leading = np.cumprod(hits, axis=1).sum(axis=1)
-        return np.minimum(leading, chain_lengths).astype(np.int64)
+    def draw(rates, chain_lengths, longest: int, generator):
+        """Accepted drafts per request (tensors on one device, int64): leading successes of Bernoulli(rate)
+        trials, at most the chain length; ``longest``: the longest chain the layout holds (a host number, so
+        nothing waits for the device)."""
+        import torch
+
+        trials = torch.rand((len(rates), max(longest, 1)), generator=generator, device=rates.device)
+        leading = (trials < rates[:, None]).to(torch.int64).cumprod(dim=1).sum(dim=1)
+        return torch.minimum(leading, chain_lengths.to(torch.int64))
 
 
 def around_eagle_sample(original, verify_input, batch, logits_output, *args, **kwargs):
@@ -93,11 +93,13 @@ def around_eagle_sample(original, verify_input, batch, logits_output, *args, **k
         return predict, accept_lens, accept_index
     import torch
 
-    setting, rng = _state()
     width, next_token, candidates, target, rids = chain
+    device = predict.device
+    setting, generator = _state(device)
     chains = (next_token != -1).to(torch.int64).cumprod(dim=1).sum(dim=1).clamp(max=width - 1)
-    rates = np.array([setting.rate(rid) for rid in rids])
-    accepted = torch.as_tensor(setting.draw(rates, chains.cpu().numpy(), rng), device=predict.device)
+    rates = torch.tensor([setting.rate(rid) for rid in rids], dtype=torch.float32)
+    rates = rates.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else rates.to(device)
+    accepted = setting.draw(rates, chains, width - 1, generator)
 
     positions = torch.arange(width, device=predict.device)
     rows = torch.arange(bs, device=predict.device)
@@ -113,14 +115,18 @@ def around_eagle_sample(original, verify_input, batch, logits_output, *args, **k
     return predict, (accepted + 1).to(accept_lens.dtype), accept_index
 
 
-_STATE: tuple[SyntheticAcceptance, np.random.Generator] | None = None
+_STATE: tuple[SyntheticAcceptance, object] | None = None
 
 
-def _state() -> tuple[SyntheticAcceptance, np.random.Generator]:
+def _state(device):
+    """The setting and a generator on ``device``, seeded alike in every process (the same draws on every
+    tensor-parallel rank)."""
     global _STATE
     if _STATE is None:
+        import torch
+
         setting = SyntheticAcceptance.from_env()
-        _STATE = (setting, np.random.default_rng(setting.seed))  # the same draws on every tensor-parallel rank
+        _STATE = (setting, torch.Generator(device=device).manual_seed(setting.seed))
     return _STATE
 
 

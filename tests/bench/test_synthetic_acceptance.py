@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import torch
 import pytest
 
 from sglang_faser.engine.synthetic_acceptance import ENV_VAR, SyntheticAcceptance
@@ -32,10 +33,9 @@ def test_each_request_keeps_its_own_rate_inside_the_range():
 
 
 def test_draws_follow_the_rate_and_never_pass_the_chain():
-    rng = np.random.default_rng(0)
-    chains = np.array([7, 7, 7, 2, 0])
-    draws = np.stack([SyntheticAcceptance.draw(np.array([1.0, 0.0, 0.6, 1.0, 1.0]), chains, rng)
-                      for _ in range(4000)])
+    generator = torch.Generator().manual_seed(0)
+    chains, rates = torch.tensor([7, 7, 7, 2, 0]), torch.tensor([1.0, 0.0, 0.6, 1.0, 1.0])
+    draws = torch.stack([SyntheticAcceptance.draw(rates, chains, 7, generator) for _ in range(4000)]).numpy()
     assert (draws[:, 0] == 7).all() and (draws[:, 1] == 0).all()
     assert (draws[:, 3] == 2).all() and (draws[:, 4] == 0).all()
     # leading successes of Bernoulli(0.6), truncated at 7: mean sum_{j=1..7} 0.6^j
