@@ -441,7 +441,7 @@ def draft_extend_members(worker, batch, result, verify_input, members: list[int]
 
     bs, width = len(batch.reqs), verify_input.draft_token_num
     worker._stub_skipped_draft_extend(batch, result)
-    index = torch.tensor(members, dtype=torch.long, device=batch.seq_lens.device)
+    index = _on_device(members, batch.seq_lens.device)
     rows = (index[:, None] * width + torch.arange(width, device=index.device)).flatten()
     sub = _sub_batch(batch, members, index)
     assert batch.out_cache_loc.numel() == bs * width, (batch.out_cache_loc.shape, bs, width)
@@ -468,12 +468,10 @@ def skipped_rows(worker, result, roots, width: int, skipped: list[int]):
     """The rows the draft-extend would have consumed for the requests at batch rows ``skipped``: the token each
     verified (its window's root; ``roots`` holds ``width`` tokens a request) and, for EAGLE, the target's feature
     there (indexing by a tensor copies, so a graph buffer replayed later does not change them)."""
-    import torch
-
     standalone = worker.speculative_algorithm.is_standalone()
     if width == 1 and len(skipped) == len(roots):  # a step where nobody drafted: every row, copied
         return roots.clone(), None if standalone else result.logits_output.hidden_states[: len(roots)].clone()
-    root = torch.tensor(skipped, dtype=torch.long, device=roots.device) * width
+    root = _on_device(np.asarray(skipped) * width, roots.device)
     features = None if standalone else result.logits_output.hidden_states[root]
     return roots[root], features
 
@@ -560,15 +558,26 @@ def set_cap_lens(result, lengths: np.ndarray) -> None:
 
 
 def cut_chains(verify_input, lengths: np.ndarray) -> None:
-    """End request i's draft chain after ``lengths[i]`` drafts (node k_i gets no successor)."""
-    import torch
-
+    """End request i's draft chain after ``lengths[i]`` drafts (node k_i gets no successor); the rows are chosen
+    on the host, so nothing waits for the device."""
     next_token = verify_input.retrieve_next_token
     width = next_token.shape[1]
-    cut = torch.as_tensor(lengths, dtype=torch.long, device=next_token.device)
-    rows = torch.nonzero(cut < width - 1).flatten()
-    if rows.numel():
-        next_token[rows, cut[rows]] = -1
+    rows = np.flatnonzero(np.asarray(lengths) < width - 1)
+    if rows.size:
+        device = next_token.device
+        next_token[_on_device(rows, device), _on_device(np.asarray(lengths)[rows], device)] = -1
+
+
+def _on_device(values, device):
+    """Host integers as an int64 tensor on ``device``. On a GPU through pinned memory without blocking: a plain
+    copy from pageable memory waits for everything queued on the stream, a sync in every step that would stop the
+    host from running ahead of the device under overlap scheduling."""
+    import torch
+
+    host = torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64))
+    if torch.device(device).type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
 
 
 @contextmanager

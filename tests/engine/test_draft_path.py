@@ -82,3 +82,14 @@ def test_depth_tier_switches_are_not_logged_and_the_rest_of_sglangs_log_is():
     switch = record("Switch adaptive runtime state: steps 4 -> 6, draft_tokens 5 -> 7")
     assert not touchpoints._quiet_tier_switches(switch)
     assert touchpoints._quiet_tier_switches(record("Built adaptive runtime state steps=3: elapsed=1.00s"))
+
+
+def test_chains_are_cut_at_each_requests_length_with_rows_chosen_on_the_host(monkeypatch):
+    """Node k_i loses its successor; no device-side nonzero (on a GPU it waits for the whole queue)."""
+    from sglang_faser.engine import touchpoints
+
+    next_token = torch.tensor([[1, 2, 3, -1], [1, 2, 3, -1], [1, 2, 3, -1]])
+    monkeypatch.setattr(torch, "nonzero", lambda *a, **k: (_ for _ in ()).throw(AssertionError("device sync")))
+    touchpoints.cut_chains(SimpleNamespace(retrieve_next_token=next_token), np.array([0, 3, 2]))
+    assert next_token.tolist() == [[-1, 2, 3, -1], [1, 2, 3, -1], [1, 2, -1, -1]]
+    assert touchpoints._on_device([4, 5], "cpu").tolist() == [4, 5]
