@@ -3,8 +3,9 @@
 Each decode step the worker reports the intervals in which its phases ran (clock seconds on the machine's
 timeline: the host's on CPU, the GPU stream's placed on the host clock on a GPU: ``engine/step_clock.py``) —
 ``draft``, ``verify`` (target passes and SGLang's acceptance), ``draft_extend``, and ``schedule``: the
-scheduler's host work between two steps of running requests (results processed and streamed, the next batch built), which a saturated server spends
-every step and which must not pass for idle time — and its cumulative ``LengthCounters``. From these the
+scheduler's host work between two steps of running requests (results processed and streamed, the next batch
+built), which a saturated server spends every step and which must not pass for idle time — and its cumulative
+``LengthCounters``. From these the
 recorder keeps cumulative totals and, for the window, the difference between now and the oldest snapshot inside it.
 
 Shares are fractions of wall time ``W`` (window length, or time since start):
