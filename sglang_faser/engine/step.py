@@ -273,7 +273,7 @@ class FaserEngine:
     # -- record ----------------------------------------------------------------------------------------------
     def _record(self, decision, cut: DraftCut, verifier, width: int, phases, marks: StepMarks,
                 context: int) -> None:
-        """The step's counters and telemetry now; its costs once its marks can be read (``_record_costs``)."""
+        """The step's counters now; its costs and telemetry once its marks can be read (``StepClock``)."""
         controller, bs = self.controller, len(decision.lengths)
         if cut.path is not None:
             self.draft_path = cut.path
