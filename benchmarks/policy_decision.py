@@ -51,7 +51,7 @@ def time_decisions(batch: int, max_len: int, repeats: int, rng: np.random.Genera
     book = []
     for _ in range(repeats // 4):
         start = time.perf_counter()
-        tracker.accept_probs(rids)
+        tracker.estimates(rids)  # what a server step reads (means and optimistic estimates)
         tracker.observe(rids, plan.lengths, np.minimum(plan.lengths, rng.integers(0, max_len, batch)))
         book.append(time.perf_counter() - start)
     fixed = max(FixedPolicy(k).plan(accept, caps, mins, cost).goodput for k in range(max_len + 1))
