@@ -133,23 +133,24 @@ class FaserEngine:
         # is the target's plain decode where SGLang allows it, else a one-row verify
         plain = decision.depth == 0 and sgl.plain_decode_supported(self.worker, batch)
         verifier = None if plain else self._verifier(batch, view, decision, phases)
-        draft_began = self.clock.mark()
-        catch_up = None
+        draft_began = catch_up = None
         if plain:
             verify_input, cut = None, DraftCut(DraftSchedule([]), 0)
         elif decision.depth == 0:
             verify_input, cut = sgl.plain_decode_input(self.worker, batch), DraftCut(DraftSchedule([]), 0)
         else:
+            draft_began = self.clock.mark()
             catch_up = self._catch_up(batch, view, decision.lengths)
             schedule = (FrontierPipeline(verifier, decision.lengths, self.config.overlap, self.worker, batch)
                         if verifier is not None and len(verifier.bounds) > 1 else DraftSchedule(decision.lengths))
             cut = DraftCut(schedule, decision.depth)
             with sgl.draft_runner_hook(self.worker, cut.hook):
                 verify_input = sgl.draft(self.worker, batch)
-            phases.append(("draft", draft_began, self.clock.mark()))  # less the verify passes inside it
 
         # verify: chains cut at k_i; the target computes the planned rows only
         verify_began = self.clock.mark()
+        if draft_began is not None:
+            phases.append(("draft", draft_began, verify_began))  # less the verify passes inside it
         if plain:
             result, roots, width = *sgl.plain_decode(self.worker, batch), 1
         else:

@@ -25,6 +25,8 @@ import logging
 import os
 from dataclasses import dataclass
 
+import numpy as np
+
 from sglang_faser.engine import touchpoints
 
 ENV_VAR = "SGLANG_FASER_SYNTHETIC_ACCEPTANCE"
@@ -97,8 +99,7 @@ def around_eagle_sample(original, verify_input, batch, logits_output, *args, **k
     device = predict.device
     setting, generator = _state(device)
     chains = (next_token != -1).to(torch.int64).cumprod(dim=1).sum(dim=1).clamp(max=width - 1)
-    rates = torch.tensor([setting.rate(rid) for rid in rids], dtype=torch.float32)
-    rates = rates.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else rates.to(device)
+    rates = touchpoints.host_to_device([setting.rate(rid) for rid in rids], device, dtype=np.float32)
     accepted = setting.draw(rates, chains, width - 1, generator)
 
     positions = torch.arange(width, device=predict.device)

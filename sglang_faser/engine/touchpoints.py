@@ -441,7 +441,7 @@ def draft_extend_members(worker, batch, result, verify_input, members: list[int]
 
     bs, width = len(batch.reqs), verify_input.draft_token_num
     worker._stub_skipped_draft_extend(batch, result)
-    index = _on_device(members, batch.seq_lens.device)
+    index = host_to_device(members, batch.seq_lens.device)
     rows = (index[:, None] * width + torch.arange(width, device=index.device)).flatten()
     sub = _sub_batch(batch, members, index)
     assert batch.out_cache_loc.numel() == bs * width, (batch.out_cache_loc.shape, bs, width)
@@ -471,7 +471,7 @@ def skipped_rows(worker, result, roots, width: int, skipped: list[int]):
     standalone = worker.speculative_algorithm.is_standalone()
     if width == 1 and len(skipped) == len(roots):  # a step where nobody drafted: every row, copied
         return roots.clone(), None if standalone else result.logits_output.hidden_states[: len(roots)].clone()
-    root = _on_device(np.asarray(skipped) * width, roots.device)
+    root = host_to_device(np.asarray(skipped) * width, roots.device)
     features = None if standalone else result.logits_output.hidden_states[root]
     return roots[root], features
 
@@ -565,16 +565,16 @@ def cut_chains(verify_input, lengths: np.ndarray) -> None:
     rows = np.flatnonzero(np.asarray(lengths) < width - 1)
     if rows.size:
         device = next_token.device
-        next_token[_on_device(rows, device), _on_device(np.asarray(lengths)[rows], device)] = -1
+        next_token[host_to_device(rows, device), host_to_device(np.asarray(lengths)[rows], device)] = -1
 
 
-def _on_device(values, device):
-    """Host integers as an int64 tensor on ``device``. On a GPU through pinned memory without blocking: a plain
-    copy from pageable memory waits for everything queued on the stream, a sync in every step that would stop the
-    host from running ahead of the device under overlap scheduling."""
+def host_to_device(values, device, dtype=np.int64):
+    """Host numbers as a tensor on ``device`` (int64 by default). On a GPU through pinned memory without blocking:
+    a plain copy from pageable memory waits for everything queued on the stream, a sync in every step that would
+    stop the host from running ahead of the device under overlap scheduling."""
     import torch
 
-    host = torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64))
+    host = torch.from_numpy(np.ascontiguousarray(values, dtype=dtype))
     if torch.device(device).type != "cuda":
         return host.to(device)
     return host.pin_memory().to(device, non_blocking=True)

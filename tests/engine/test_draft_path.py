@@ -92,4 +92,4 @@ def test_chains_are_cut_at_each_requests_length_with_rows_chosen_on_the_host(mon
     monkeypatch.setattr(torch, "nonzero", lambda *a, **k: (_ for _ in ()).throw(AssertionError("device sync")))
     touchpoints.cut_chains(SimpleNamespace(retrieve_next_token=next_token), np.array([0, 3, 2]))
     assert next_token.tolist() == [[-1, 2, 3, -1], [1, 2, 3, -1], [1, 2, -1, -1]]
-    assert touchpoints._on_device([4, 5], "cpu").tolist() == [4, 5]
+    assert touchpoints.host_to_device([4, 5], "cpu").tolist() == [4, 5]
