@@ -38,7 +38,13 @@ The estimate is a Beta posterior per request and position, learnt both ways:
   Positions it tries every step get no bonus (one on every position compounds along the chain into far too long
   drafts: measured on the mixed workload, 6.6 of 7 draft tokens on average). A request never tried gets the
   bonus along its whole chain: where a draft forward costs about a plain step one draft seldom pays alone, only a
-  deeper probe can (on the tiny CPU pair a sure request otherwise never drafted); a parked one does not (with it,
+  deeper probe can (on the tiny CPU pair a sure request otherwise never drafted). What it hopes for is what finished
+  requests were at each position, among those that tried it (``untried_by_position``: their mean and spread, with
+  one request's worth of the server-wide estimate and the prior's spread): after a run of requests whose first
+  draft failed, a new one is not probed at full depth (the server-wide estimate alone, pulled back towards the
+  prior by the requests never tried, had every new request at batch 1 probed at full depth once its optimism had
+  grown, 5-7 plain steps' worth a request), while a workload whose requests differ keeps its spread and its
+  probes. A parked request with its own record does not get the bonus along its chain (with it,
   requests parked by load were later drafted deep, and the mixed workload lost up to 6 % at 16-64 req/s). A
   request whose last probes failed at the first draft (in back-off) is probed one draft deep whatever its
   optimism says (``probe_limits``): one draft tells as much as five and costs a fifth.
@@ -68,6 +74,8 @@ class AcceptanceTracker:
         self.explore = explore
         self.prior = prior
         self._by_request = np.full(max_len, prior)  # server-wide acceptance by position, over finished requests
+        # finished requests' own rates by position, over those that tried it: decayed weight, sum, sum of squares
+        self._tried = np.zeros((3, max_len))
         self._rows: dict[str, int] = {}
         # [decayed successes, decayed failures, observations ever] x rows x positions
         self._counts = np.zeros((3, initial_capacity, max_len))
@@ -84,6 +92,18 @@ class AcceptanceTracker:
     def global_accept_by_position(self) -> np.ndarray:
         """What a new request starts from: the running mean of finished requests' own rates by position."""
         return self._by_request
+
+    def untried_by_position(self) -> tuple[np.ndarray, np.ndarray]:
+        """(centre, spread) [max_len] of what a request never tried may be at each position: finished requests'
+        own rates there, over those that tried it (recent ones weighing most), with one request's worth of the
+        server-wide estimate and of the prior Beta's variance (``prior_weight`` observations) beside them; the
+        spread never falls below about a tenth of that variance."""
+        weight, total, squares = self._tried
+        centre = (self._by_request + total) / (1.0 + weight)
+        seen = np.maximum(weight, 1e-300)
+        data = np.maximum(squares / seen - (total / seen) ** 2, 0.0)
+        prior = self.prior * (1.0 - self.prior) / (self.prior_weight + 1.0)
+        return centre, np.sqrt((prior + weight * data) / (1.0 + weight))
 
     def _row_of(self, rid: str) -> int:
         row = self._rows.get(rid)
@@ -151,16 +171,20 @@ class AcceptanceTracker:
         for one position past what it has tried lately, never for what it has just seen (a bonus on every position
         compounds along the chain into far too long drafts), growing like UCB's with the time it has gone untried,
         so a request that a pessimistic server-wide estimate holds at length 0 is still tried, after a number of
-        steps that grows with how dear a probe is."""
+        steps that grows with how dear a probe is. A request never tried hopes from what finished requests that
+        tried each position were (``untried_by_position``: centre plus that spread, not its own posterior's)."""
         rows = self.rows_for(rids)
         mean, sd = self._posterior(rows)
         seldom = self._counts[0, rows] + self._counts[1, rows] < 1.0
         # the first such position: probe one deeper at a time; a request never tried at all is uncertain all
-        # along its chain, and one draft seldom pays alone
+        # along its chain, and one draft seldom pays alone; it may be what finished requests were (their spread)
         untried = self._counts[2, rows, :1] == 0
         probe = seldom & ((np.cumsum(seldom, axis=1) == 1) | untried)
+        centre, spread = self.untried_by_position()
+        base = np.where(untried, centre[None, :], mean)
+        sd = np.where(untried, spread[None, :], sd)
         bonus = self.explore * sd * np.sqrt(1.0 + np.log1p(self._idle[rows]))
-        return mean, np.clip(mean + np.where(probe, bonus, 0.0), 0.0, 1.0)
+        return mean, np.clip(base + np.where(probe, bonus, 0.0), 0.0, 1.0)
 
     def probe_limits(self, rids: list[str]) -> np.ndarray:
         """[B] the longest length worth running for information: a request whose last probes failed at its first
@@ -209,6 +233,10 @@ class AcceptanceTracker:
             rate = succ / np.maximum(held, 1e-300)
             target = seen * rate + (1.0 - seen) * self.prior
             self._by_request += REQUEST_PRIOR_RATE * (target - self._by_request)
+            # every finished request ages what earlier ones showed, those that never tried a position too: after a
+            # run of requests held short, a new one hopes from the server-wide estimate again
+            self._tried = (1.0 - REQUEST_PRIOR_RATE) * self._tried + seen * np.stack([np.ones_like(rate), rate,
+                                                                                        rate * rate])
             self._free.append(row)
 
 

@@ -90,6 +90,31 @@ def test_at_batch_one_on_cpu_a_new_request_is_probed_deep_and_a_failing_one_one_
     assert doomed[0] == 5 and max(doomed[1:]) <= 1 and sum(doomed) <= 10, doomed
 
 
+def test_after_a_run_of_doomed_requests_new_ones_are_not_probed_but_sure_ones_still_are():
+    """A server whose finished requests all failed their first draft: a new request is seldom probed (its hope is
+    what the finished ones that tried were, not the server-wide estimate that requests never tried pull back
+    towards the prior; each probe was a full-depth step for every request before); sure requests arriving after
+    that run are still tried, and the third one drafts the window throughout."""
+    costs = {"cpu": StepCostModel(verify_coef=[1.86, 0.0, 0.068, 0.0], draft_coef=[1.27, 1.59, 0.0, 1.93, 0.0]),
+             "cheap drafts": StepCostModel(verify_coef=[2.0, 0.0, 0.05, 0.0], draft_coef=[1.5, 1.0, 0.0, 2.0, 0.0])}
+    for name, cost in costs.items():
+        controller = LengthController(FaserConfig(max_len=5), window=5, cost=cost)
+
+        def run(rid: str, sure: bool) -> int:
+            drafted = 0
+            for _ in range(256):
+                k = int(controller.decide([rid]).lengths[0])
+                controller.observe([k if sure else 0])
+                drafted += k
+            controller.forget(rid)
+            return drafted
+
+        doomed = [run(f"doomed-{i}", False) for i in range(12)]
+        assert doomed[0] > 0 and np.count_nonzero(doomed) <= 4, (name, doomed)
+        sure = [run(f"sure-{i}", True) for i in range(3)]
+        assert sure[-1] == 5 * 256, (name, sure)
+
+
 def test_at_batch_one_a_hopeless_request_stops_speculating():
     controller = LengthController(FaserConfig(max_len=8), window=8, cost=_cheap_drafts())
     lengths = []
