@@ -53,6 +53,7 @@ from sglang_faser.spec.request_params import parse_or_none
 from sglang_faser.spec.telemetry import TelemetryRecorder, subtract
 
 logger = logging.getLogger(__name__)
+NO_DRAFTS = DraftCut(DraftSchedule([]), 0)  # a step where nobody drafts
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,7 @@ class FaserEngine:
         self._metrics_at = 0.0
         self._last: tuple[Mark, frozenset, bool] | None = None  # last step's end, its requests, was it a decode
         self._limits: tuple[list, tuple] = ([], ())  # the last batch's custom_params objects, and _limits_of them
+        self._group = None  # (TP group, source rank) of the decision's broadcast: fixed for the server's life
         logger.info("FASER worker on %s: window=%d topk=%d depth_tiers=%s config=%s", type(worker).__mro__[2].__name__,
                     self.window, topk, "on" if self.tiers is not None else "off", self.config.to_json())
 
@@ -123,10 +125,11 @@ class FaserEngine:
         if self.profile == "pending":
             self._start_up()
         view = sgl.step_batch(batch)
-        phases, host_gap = self._host_gap(began, frozenset(view.rids))
+        members, context = frozenset(view.rids), int(view.context_lens.sum())
+        phases, host_gap = self._host_gap(began, members)
 
         # decide
-        decision = self._decide(view)
+        decision = self._decide(view, context)
         sgl.activate_depth(self.worker, len(view.rids))  # the depth tiers answer with decision.depth
 
         # draft (with frontiers: finished frontiers verified between draft forwards); a step where nobody drafts
@@ -135,9 +138,9 @@ class FaserEngine:
         verifier = None if plain else self._verifier(batch, view, decision, phases)
         draft_began = catch_up = None
         if plain:
-            verify_input, cut = None, DraftCut(DraftSchedule([]), 0)
+            verify_input, cut = None, NO_DRAFTS
         elif decision.depth == 0:
-            verify_input, cut = sgl.plain_decode_input(self.worker, batch), DraftCut(DraftSchedule([]), 0)
+            verify_input, cut = sgl.plain_decode_input(self.worker, batch), NO_DRAFTS
         else:
             draft_began = self.clock.mark()
             catch_up = self._catch_up(batch, view, decision.lengths)
@@ -189,8 +192,8 @@ class FaserEngine:
 
         # record
         marks = StepMarks(began, verify_began, verify_ended, ended, host_gap, catch_up)
-        self._record(decision, cut, verifier, width, phases, marks, context=int(view.context_lens.sum()))
-        self._last = (ended, frozenset(view.rids), True)
+        self._record(decision, cut, verifier, width, phases, marks, context=context)
+        self._last = (ended, members, True)
         return result
 
     def _catch_up(self, batch, view, lengths: np.ndarray) -> tuple[Mark, Mark] | None:
@@ -227,13 +230,14 @@ class FaserEngine:
         self._limits = (list(controls), limits)
         return limits
 
-    def _decide(self, view) -> StepDecision:
+    def _decide(self, view, context: int) -> StepDecision:
         caps, floors, critical = self._limits_of(view.controls)
         decision = self.controller.decide(view.rids, caps=caps, floors=floors, padded=self.tiers is None,
                                           uniform=self.verify_path != "ragged", critical=critical,
-                                          context=int(view.context_lens.sum()),
-                                          backlog=self.backlog.pending(view.rids))
-        group, src = sgl.broadcast_group(self.worker)
+                                          context=context, backlog=self.backlog.pending(view.rids))
+        if self._group is None:
+            self._group = sgl.broadcast_group(self.worker)
+        group, src = self._group
         if group is not None:  # every TP rank runs rank 0's lengths and depth: the same shapes in every collective
             plan = broadcast_lengths(np.append(decision.lengths, decision.depth), len(view.rids) + 1, group, src)
             decision = self.controller.replace_last(decision, plan[:-1], plan[-1])

@@ -38,6 +38,7 @@ re-check each entry here, then re-scan the wheel for new ``from sgl_kernel impor
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -297,6 +298,7 @@ def decode_step_kind(batch) -> str:
     return "decode"
 
 
+@functools.cache
 def _pp_size() -> int:
     from sglang.srt.runtime_context import get_parallel
 
@@ -390,7 +392,7 @@ def plain_decode(worker, batch):
     step.seq_lens = batch.seq_lens + 1
     step.seq_lens_cpu = None if batch.seq_lens_cpu is None else batch.seq_lens_cpu + 1
     step.orig_seq_lens = None if batch.orig_seq_lens is None else batch.orig_seq_lens + 1
-    step.seq_lens_sum = None
+    step.seq_lens_sum = None if batch.seq_lens_sum is None else batch.seq_lens_sum + bs
     capture = capture_null() if runner.spec_algorithm.is_standalone() else capture_full()
     out = worker.target_worker.forward_batch_generation(step, capture_hidden_mode=capture)
     predict = out.next_token_ids.to(torch.int32)
@@ -554,7 +556,7 @@ def set_cap_lens(result, lengths: np.ndarray) -> None:
     """Per-request lengths into SGLang's metrics and ``meta_info`` (``GenerationBatchResult.cap_lens``)."""
     import torch
 
-    result.cap_lens = torch.as_tensor(lengths, dtype=torch.int32)
+    result.cap_lens = torch.from_numpy(lengths)  # read with ``tolist`` (batch_result_processor.py:798); not copied
 
 
 def cut_chains(verify_input, lengths: np.ndarray) -> None:
