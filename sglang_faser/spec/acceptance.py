@@ -180,9 +180,10 @@ class AcceptanceTracker:
         # along its chain, and one draft seldom pays alone; it may be what finished requests were (their spread)
         untried = self._counts[2, rows, :1] == 0
         probe = seldom & ((np.cumsum(seldom, axis=1) == 1) | untried)
-        centre, spread = self.untried_by_position()
-        base = np.where(untried, centre[None, :], mean)
-        sd = np.where(untried, spread[None, :], sd)
+        base = mean
+        if untried.any():  # most steps of a long-running batch have none
+            centre, spread = self.untried_by_position()
+            base, sd = np.where(untried, centre[None, :], mean), np.where(untried, spread[None, :], sd)
         bonus = self.explore * sd * np.sqrt(1.0 + np.log1p(self._idle[rows]))
         return mean, np.clip(base + np.where(probe, bonus, 0.0), 0.0, 1.0)
 
