@@ -124,7 +124,7 @@ class FaserEngine:
         began = self.clock.mark()
         if self.profile == "pending":
             self._start_up()
-        view = sgl.step_batch(batch)
+        view, start = sgl.step_batch(batch), batch.spec_info  # the draft state the step begins from
         members, context = frozenset(view.rids), int(view.context_lens.sum())
         phases, host_gap = self._host_gap(began, members)
 
@@ -177,7 +177,7 @@ class FaserEngine:
         else:
             self.backlog.record(view.rids, [], None, None)
         if decision.depth == 0:
-            sgl.skip_draft_extend(self.worker, batch, result)
+            sgl.skip_draft_extend(self.worker, batch, result, start)
             self.controller.counters.skipped_extends += 1
             self.controller.counters.plain_decodes += plain
         elif skipped:

@@ -429,9 +429,23 @@ def draft_extend(worker, batch, result, verify_input) -> None:
 
 
 # -- k = 0: no draft-extend for a request that drafts nothing, then one catch-up pass (engine/draft_backlog.py) ----
-def skip_draft_extend(worker, batch, result) -> None:
-    """Skip the draft-extend of a step where nobody drafted (SGLang's ``_stub_skipped_draft_extend`` fills
-    shape-valid stubs for the next step's draft state)."""
+def skip_draft_extend(worker, batch, result, start) -> None:
+    """Skip the draft-extend of a step where nobody drafted. The next step's draft state needs shape-valid stubs
+    (SGLang's ``_stub_skipped_draft_extend`` allocates zeroed ones); ``start``, the draft state the step began
+    from (``batch.spec_info`` before the verify replaced it), serves where it has the batch's shape, so a parked
+    batch's steps allocate none. No draft reads these rows before the requests draft again, and each catches up
+    first (a parked step puts every request's row in the backlog; the catch-up writes its new state into a
+    copy); the overlap scheduler's FutureMap copies them, and filtering a batch index-copies them."""
+    bs = batch.seq_lens.shape[0]
+    topk_p, topk_index = getattr(start, "topk_p", None), getattr(start, "topk_index", None)
+    hidden = getattr(start, "hidden_states", None)
+    if (topk_p is not None and topk_index is not None and topk_p.shape[0] == bs and topk_index.shape[0] == bs
+            and (worker.speculative_algorithm.is_standalone() if hidden is None else hidden.shape[0] == bs)):
+        out = result.next_draft_input
+        out.topk_p, out.topk_index = topk_p, topk_index
+        if hidden is not None:  # STANDALONE's stub leaves the hidden state as it is
+            out.hidden_states = hidden
+        return
     worker._stub_skipped_draft_extend(batch, result)
 
 

@@ -94,16 +94,17 @@ class AcceptanceTracker:
         return self._by_request
 
     def untried_by_position(self) -> tuple[np.ndarray, np.ndarray]:
-        """(centre, spread) [max_len] of what a request never tried may be at each position: finished requests'
-        own rates there, over those that tried it (recent ones weighing most), with one request's worth of the
-        server-wide estimate and of the prior Beta's variance (``prior_weight`` observations) beside them; the
-        spread never falls below about a tenth of that variance."""
+        """(centre, spread) [max_len] of what a request never tried may be at each position: the pooled mean and
+        standard deviation of finished requests' own rates there, over those that tried it (recent ones weighing
+        most), and of one request's worth of the server-wide estimate with the prior Beta's variance
+        (``prior_weight`` observations). The spread holds their disagreement: after a run of requests held short,
+        whose votes pull the server-wide estimate back towards the prior, the hope of a new one grows again."""
         weight, total, squares = self._tried
         centre = (self._by_request + total) / (1.0 + weight)
-        seen = np.maximum(weight, 1e-300)
-        data = np.maximum(squares / seen - (total / seen) ** 2, 0.0)
-        prior = self.prior * (1.0 - self.prior) / (self.prior_weight + 1.0)
-        return centre, np.sqrt((prior + weight * data) / (1.0 + weight))
+        prior_var = self.prior * (1.0 - self.prior) / (self.prior_weight + 1.0)
+        # second moments about the centre: the server-wide pseudo-request's, then the tried requests' sum
+        moments = prior_var + (self._by_request - centre) ** 2 + squares - 2.0 * centre * total + weight * centre ** 2
+        return centre, np.sqrt(np.maximum(moments, 0.0) / (1.0 + weight))
 
     def _row_of(self, rid: str) -> int:
         row = self._rows.get(rid)
@@ -171,8 +172,8 @@ class AcceptanceTracker:
         for one position past what it has tried lately, never for what it has just seen (a bonus on every position
         compounds along the chain into far too long drafts), growing like UCB's with the time it has gone untried,
         so a request that a pessimistic server-wide estimate holds at length 0 is still tried, after a number of
-        steps that grows with how dear a probe is. A request never tried hopes from what finished requests that
-        tried each position were (``untried_by_position``: centre plus that spread, not its own posterior's)."""
+        steps that grows with how dear a probe is. A request never tried is estimated at what finished requests
+        that tried each position were, and hopes by their spread (``untried_by_position``), not its posterior's."""
         rows = self.rows_for(rids)
         mean, sd = self._posterior(rows)
         seldom = self._counts[0, rows] + self._counts[1, rows] < 1.0
@@ -180,12 +181,11 @@ class AcceptanceTracker:
         # along its chain, and one draft seldom pays alone; it may be what finished requests were (their spread)
         untried = self._counts[2, rows, :1] == 0
         probe = seldom & ((np.cumsum(seldom, axis=1) == 1) | untried)
-        base = mean
         if untried.any():  # most steps of a long-running batch have none
             centre, spread = self.untried_by_position()
-            base, sd = np.where(untried, centre[None, :], mean), np.where(untried, spread[None, :], sd)
+            mean, sd = np.where(untried, centre[None, :], mean), np.where(untried, spread[None, :], sd)
         bonus = self.explore * sd * np.sqrt(1.0 + np.log1p(self._idle[rows]))
-        return mean, np.clip(base + np.where(probe, bonus, 0.0), 0.0, 1.0)
+        return mean, np.clip(mean + np.where(probe, bonus, 0.0), 0.0, 1.0)
 
     def probe_limits(self, rids: list[str]) -> np.ndarray:
         """[B] the longest length worth running for information: a request whose last probes failed at its first

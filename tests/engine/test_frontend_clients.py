@@ -81,6 +81,24 @@ def test_a_request_with_max_len_0_proposes_nothing_while_its_neighbours_speculat
         assert reply["output_ids"] == _generate(servers["off"].url, text).json()["output_ids"]
 
 
+def test_a_parked_request_asking_for_logprobs_runs_the_one_row_verify_and_drafts_again_afterwards(servers):
+    """A request alone at length 0 that asks for logprobs: its steps draft nothing and are SGLang's one-row verify
+    (the plain decode returns no logprobs), whose draft state FASER stubs from the state the step began with;
+    its text and logprobs are the target's own, and a request drafting after it too."""
+    body = {"text": "Beautiful is better than ugly", "return_logprob": True,
+            "sampling_params": {"temperature": 0, "max_new_tokens": 24, "ignore_eos": True,
+                                "custom_params": {"faser": {"max_len": 0}}}}
+    on = requests.post(servers["on"].url + "/generate", json=body, timeout=300).json()
+    off = requests.post(servers["off"].url + "/generate", json=body, timeout=300).json()
+    assert sum(on["meta_info"]["spec_cap_lens_histogram"][1:]) == 0, on["meta_info"]
+    assert on["output_ids"] == off["output_ids"]
+    logprobs = [entry[0] for entry in on["meta_info"]["output_token_logprobs"]]
+    assert logprobs == pytest.approx([entry[0] for entry in off["meta_info"]["output_token_logprobs"]], abs=1e-3)
+    after = _generate(servers["on"].url, "now is better than never").json()
+    assert sum(after["meta_info"]["spec_cap_lens_histogram"][1:]) > 0
+    assert after["output_ids"] == _generate(servers["off"].url, "now is better than never").json()["output_ids"]
+
+
 @pytest.mark.parametrize(
     "custom_params, field",
     [({"faser": {"max_len": -1}}, "custom_params.faser.max_len"),
