@@ -10,8 +10,9 @@ runs) falls on both versions alike; ``no-spec`` runs once, from this checkout, a
 the median tokens/s of the repeats, new / base per configuration and each against no speculation of the same run,
 and writes ``benchmarks/results/ab_{tag}.{json,md}``.
 
-Workloads: ``mixed-c4``: the serving benchmark's mixed prompts (code and random text, embedded default pair, EAGLE,
-window 7), 4 requests in flight; ``batch1-sure`` / ``batch1-doomed``: one request at a time on the tiny cycle pair
+Workloads: ``mixed-c4`` / ``mixed-c32``: the serving benchmark's mixed prompts (code and random text, embedded
+default pair, EAGLE, window 7), 4 / 32 requests in flight; ``mixed-r16``: the same prompts arriving as a Poisson
+process of 16 requests/s (the regret table's cell); ``batch1-sure`` / ``batch1-doomed``: one request at a time on the tiny cycle pair
 (STANDALONE, window 5) whose drafts always / never pass.
 """
 
@@ -39,13 +40,13 @@ from sglang_faser.models.tiny import CYCLE_SPLIT, ensure_tiny_suite  # noqa: E40
 from sglang_faser.server_process import ServerProcess  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
-WORKLOADS = ("mixed-c4", "batch1-sure", "batch1-doomed")
+WORKLOADS = ("mixed-c4", "mixed-c32", "mixed-r16", "batch1-sure", "batch1-doomed")
 
 
 def flags_for(workload: str, config: str) -> list[str]:
     """The configuration's flags for the workload; every server sleeps while idle (the others are all up, and an
     idle scheduler's loop would otherwise poll on this machine's two cores)."""
-    if workload == "mixed-c4":
+    if workload.startswith("mixed"):
         flags = serve_configs.configurations("EAGLE", window=7)[config] + ["--max-total-tokens", "16384"]
     else:
         flags = serve_configs.configurations("STANDALONE", window=WINDOW, fixed=(1, 3, 5), adaptive=False)[config]
@@ -62,11 +63,14 @@ def base_env(tree: Path) -> dict[str, str]:
 
 def runner(workload: str, args):
     """One repeat's load against a server URL: (tokens, seconds)."""
-    if workload == "mixed-c4":
-        requests = serve_workload.build(args.requests, float("inf"), "poisson", args.max_new_tokens, 0, 2.0, "mixed")
+    if workload.startswith("mixed"):
+        load = workload.split("-")[1]  # c<in flight> or r<requests/s>
+        rate = float(load[1:]) if load[0] == "r" else float("inf")
+        concurrency = int(load[1:]) if load[0] == "c" else None
+        requests = serve_workload.build(args.requests, rate, "poisson", args.max_new_tokens, 0, 2.0, "mixed")
 
         def run(url: str) -> tuple[int, float]:
-            results, wall = drive(url, requests, None, max_concurrency=4)
+            results, wall = drive(url, requests, None, max_concurrency=concurrency)
             return sum(r.output_tokens for r in results), wall
         return run
     prompt = [0, 3] if workload == "batch1-sure" else [0, CYCLE_SPLIT + 1]
@@ -85,11 +89,11 @@ def main() -> None:
     parser.add_argument("--configs", nargs="+", default=["faser"], help="configurations (benchmarks/serve/configs.py)")
     parser.add_argument("--workload", choices=WORKLOADS, default="mixed-c4")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--requests", type=int, help="requests per repeat (default 48 for mixed-c4, 4 at batch 1)")
-    parser.add_argument("--max-new-tokens", type=int, help="default 64 for mixed-c4, 256 at batch 1")
+    parser.add_argument("--requests", type=int, help="requests per repeat (default 48 mixed, 4 at batch 1)")
+    parser.add_argument("--max-new-tokens", type=int, help="default 64 mixed, 256 at batch 1")
     parser.add_argument("--tag", help="results file suffix (default: the workload)")
     args = parser.parse_args()
-    batch1 = args.workload != "mixed-c4"
+    batch1 = args.workload.startswith("batch1")
     args.requests = args.requests or (4 if batch1 else 48)
     args.max_new_tokens = args.max_new_tokens or (256 if batch1 else 64)
     tree = Path(tempfile.mkdtemp(prefix="faser-ab-")) / "base"
