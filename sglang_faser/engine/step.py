@@ -53,7 +53,7 @@ from sglang_faser.spec.request_params import parse_or_none
 from sglang_faser.spec.telemetry import TelemetryRecorder, subtract
 
 logger = logging.getLogger(__name__)
-NO_DRAFTS = DraftCut(DraftSchedule([]), 0)  # a step where nobody drafts
+NO_DRAFTS = DraftCut(DraftSchedule([]), 0)  # a step where nobody drafts (never hooked: it stays as built)
 
 
 @dataclass(frozen=True)

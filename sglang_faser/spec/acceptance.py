@@ -38,13 +38,14 @@ The estimate is a Beta posterior per request and position, learnt both ways:
   Positions it tries every step get no bonus (one on every position compounds along the chain into far too long
   drafts: measured on the mixed workload, 6.6 of 7 draft tokens on average). A request never tried gets the
   bonus along its whole chain: where a draft forward costs about a plain step one draft seldom pays alone, only a
-  deeper probe can (on the tiny CPU pair a sure request otherwise never drafted). What it hopes for is what finished
-  requests were at each position, among those that tried it (``untried_by_position``: their mean and spread, with
-  one request's worth of the server-wide estimate and the prior's spread): after a run of requests whose first
-  draft failed, a new one is not probed at full depth (the server-wide estimate alone, pulled back towards the
-  prior by the requests never tried, had every new request at batch 1 probed at full depth once its optimism had
-  grown, 5-7 plain steps' worth a request), while a workload whose requests differ keeps its spread and its
-  probes. A parked request with its own record does not get the bonus along its chain (with it,
+  deeper probe can (on the tiny CPU pair a sure request otherwise never drafted). It is estimated at, and hopes by
+  the spread of, what finished requests were at each position among those that tried it (``untried_by_position``,
+  pooled with one request's worth of the server-wide estimate and the prior): after a run of requests whose first
+  draft failed, a new one is probed about every other request, not every one (the server-wide estimate alone,
+  pulled back towards the prior by the requests never tried, had every new request at batch 1 probed at full
+  depth once its optimism had grown, 5-7 plain steps' worth a request); the disagreement between that estimate and
+  the tried requests widens the spread, so probes resume as requests held short accumulate, and a workload whose
+  requests differ keeps its spread. A parked request with its own record does not get the bonus along its chain (with it,
   requests parked by load were later drafted deep, and the mixed workload lost up to 6 % at 16-64 req/s). A
   request whose last probes failed at the first draft (in back-off) is probed one draft deep whatever its
   optimism says (``probe_limits``): one draft tells as much as five and costs a fifth.

@@ -90,7 +90,7 @@ def test_at_batch_one_on_cpu_a_new_request_is_probed_deep_and_a_failing_one_one_
     assert doomed[0] == 5 and max(doomed[1:]) <= 1 and sum(doomed) <= 10, doomed
 
 
-def test_after_a_run_of_doomed_requests_new_ones_are_not_probed_but_sure_ones_still_are():
+def test_after_a_run_of_doomed_requests_new_ones_are_seldom_probed_and_sure_ones_still_are():
     """A server whose finished requests all failed their first draft: a new request is seldom probed (its hope is
     what the finished ones that tried were, not the server-wide estimate that requests never tried pull back
     towards the prior; each probe was a full-depth step for every request before); sure requests arriving after
