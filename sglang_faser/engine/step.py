@@ -124,7 +124,7 @@ class FaserEngine:
         began = self.clock.mark()
         if self.profile == "pending":
             self._start_up()
-        view, start = sgl.step_batch(batch), batch.spec_info  # the draft state the step begins from
+        view, start = sgl.step_batch(batch), sgl.draft_state(batch)  # the draft state the step begins from
         members, context = frozenset(view.rids), int(view.context_lens.sum())
         phases, host_gap = self._host_gap(began, members)
 

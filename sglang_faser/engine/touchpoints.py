@@ -22,6 +22,7 @@ re-check each entry here, then re-scan the wheel for new ``from sgl_kernel impor
 | ``EagleVerifyInput.draft_token`` / ``draft_token_num``, ``LogitsProcessorOutput.hidden_states`` | the verified windows' roots (and EAGLE's target features there) of requests at k_i = 0, kept for their draft's catch-up (``skipped_rows``) |
 | ``EagleVerifyInput.retrieve_next_token`` (eagle_info.py:17) | cut a request's draft chain after k_i drafts |
 | ``GenerationBatchResult.cap_lens`` (managers/utils.py:105) | per-request lengths into SGLang's metrics and ``meta_info`` |
+| ``ScheduleBatch.spec_info`` at a step's start, ``EagleDraftInput.topk_p`` / ``topk_index`` / ``hidden_states`` (eagle_info.py:160) | a step where nobody drafts reuses the draft state it began with as the next state's stubs (``skip_draft_extend``; ``filter_batch`` / ``merge_batch`` copy them, the overlap FutureMap stashes copies) |
 | ``TpModelWorker.forward_batch_generation(forward_batch=..., is_verify=True)`` (tp_worker.py:622), called once by ``run_eagle_verify`` (eagle_worker_common.py:654) | replaced for that one call by FASER's ragged passes (``engine/verify.py``): one TARGET_VERIFY ``ForwardBatch`` copy per frontier with the live requests, ``seq_lens`` advanced by the frontier's row offset and a ``RaggedVerifyLayout`` (``speculative/ragged_verify.py:46``) of each request's rows |
 | ``EagleDraftWorker.draft`` / ``draft_runner.forward`` / ``draft_attn_backend.attn_backends[i].draft_decode_metadata`` (eagle_worker_v2.py:660, :841; intel_amx_backend.py:483) | per-forward draft sub-batches (``engine/draft_cut.py``) and frontier verification between draft forwards (``engine/pipeline.py``); under CUDA-graph replay the hooked ``forward`` is never called, which the step reports as ``full-depth`` |
 | ``forward_context`` / ``ForwardContext`` (model_executor/forward_context.py:86) | a target pass inside the draft loop must name the target's attention backend |
@@ -426,6 +427,12 @@ def draft_extend(worker, batch, result, verify_input) -> None:
     """SGLang's draft-extend over the verify window (``_draft_extend_for_decode``)."""
     with _draft_contexts(worker, "draft_extend"):
         worker.draft_worker._draft_extend_for_decode(batch, result, kv_loc_plan=verify_input.kv_loc_plan)
+
+
+def draft_state(batch):
+    """The draft state a decode step begins from (``batch.spec_info``: an ``EagleDraftInput`` until the verify
+    replaces it with its verify input)."""
+    return batch.spec_info
 
 
 # -- k = 0: no draft-extend for a request that drafts nothing, then one catch-up pass (engine/draft_backlog.py) ----
