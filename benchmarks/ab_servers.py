@@ -12,8 +12,8 @@ and writes ``benchmarks/results/ab_{tag}.{json,md}``.
 
 Workloads: ``mixed-c4`` / ``mixed-c32``: the serving benchmark's mixed prompts (code and random text, embedded
 default pair, EAGLE, window 7), 4 / 32 requests in flight; ``mixed-r16``: the same prompts arriving as a Poisson
-process of 16 requests/s (the regret table's cell); ``batch1-sure`` / ``batch1-doomed``: one request at a time on the tiny cycle pair
-(STANDALONE, window 5) whose drafts always / never pass.
+process of 16 requests/s (the regret table's cell); ``batch1-sure`` / ``batch1-doomed``: one request at a time on
+the tiny cycle pair (STANDALONE, window 5) whose drafts always / never pass.
 """
 
 from __future__ import annotations

@@ -45,10 +45,10 @@ The estimate is a Beta posterior per request and position, learnt both ways:
   pulled back towards the prior by the requests never tried, had every new request at batch 1 probed at full
   depth once its optimism had grown, 5-7 plain steps' worth a request); the disagreement between that estimate and
   the tried requests widens the spread, so probes resume as requests held short accumulate, and a workload whose
-  requests differ keeps its spread. A parked request with its own record does not get the bonus along its chain (with it,
-  requests parked by load were later drafted deep, and the mixed workload lost up to 6 % at 16-64 req/s). A
-  request whose last probes failed at the first draft (in back-off) is probed one draft deep whatever its
-  optimism says (``probe_limits``): one draft tells as much as five and costs a fifth.
+  requests differ keeps its spread. A parked request with its own record does not get the bonus along its chain
+  (with it, requests parked by load were later drafted deep, and the mixed workload lost up to 6 % at 16-64
+  req/s). A request whose last probes failed at the first draft (in back-off) is probed one draft deep whatever
+  its optimism says (``probe_limits``): one draft tells as much as five and costs a fifth.
   A step's decision takes the optimistic estimates of one request only, the one whose optimism adds most
   (``estimates`` gives means and optimistic estimates; controller.py ``_explore_few``): optimism on a whole batch
   at once compounded into deep steps drafted on hope.
