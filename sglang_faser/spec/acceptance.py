@@ -28,7 +28,9 @@ The estimate is a Beta posterior per request and position, learnt both ways:
   requests had every new request probe at full depth, a run of doomed ones at length 1 left g near 0 and no
   later request was ever tried). A finished request votes at each position it ever tried with its rate there,
   however long it was parked since (decay fades both counts alike); one that never tried a position pulls g there
-  back towards the initial ``prior``, so requests that were never tried cannot write speculation off for good;
+  back towards the initial ``prior``, so requests that were never tried cannot write speculation off for good. A
+  request shorter than ``FULL_VOTE_STEPS`` decode steps votes with that share of a vote (too short to be tried,
+  it says little about whether requests are worth trying);
 * **optimism where evidence is thin**: decisions use the posterior mean, plus ``explore`` x sd, sd = sqrt(mean
   (1 - mean) / (s + f + w + 1)), at the first position the request has less than one (decayed) observation of: a
   UCB bonus for one position past what it has tried lately. A request held short therefore looks better one
@@ -61,6 +63,7 @@ from __future__ import annotations
 import numpy as np
 
 REQUEST_PRIOR_RATE = 0.1  # weight of a finished request in the server-wide prior: about the last 10 requests
+FULL_VOTE_STEPS = 16  # decode steps after which a finished request votes in full (fewer: that share of a vote)
 MAX_BACKOFF = 6  # a parked request's evidence fades at least at request_rate / 64 per step
 
 
@@ -83,6 +86,7 @@ class AcceptanceTracker:
         self._backoff = np.zeros(initial_capacity, dtype=np.int64)  # failed probes in a row, per row
         self._idle = np.zeros((initial_capacity, max_len))  # steps since each position was last observed
         self._unfaded = np.zeros(initial_capacity)  # steps without drafts not yet applied to each row (_settle)
+        self._steps = np.zeros(initial_capacity)  # decode steps each row's request took part in
         self._free: list[int] = list(range(initial_capacity - 1, -1, -1))
         self._positions = np.arange(max_len)
 
@@ -116,12 +120,14 @@ class AcceptanceTracker:
                 self._backoff = np.concatenate([self._backoff, np.zeros_like(self._backoff)])
                 self._idle = np.concatenate([self._idle, np.zeros_like(self._idle)])
                 self._unfaded = np.concatenate([self._unfaded, np.zeros_like(self._unfaded)])
+                self._steps = np.concatenate([self._steps, np.zeros_like(self._steps)])
                 self._free.extend(range(2 * old - 1, old - 1, -1))
             row = self._free.pop()
             self._counts[:, row] = 0.0
             self._backoff[row] = 0
             self._idle[row] = 0.0
             self._unfaded[row] = 0.0
+            self._steps[row] = 0.0
             self._rows[rid] = row
         return row
 
@@ -144,6 +150,7 @@ class AcceptanceTracker:
         keep = (1.0 - self.request_rate / 2.0 ** self._backoff[rows]) ** steps
         self._counts[:2, rows] *= keep[None, :, None]
         self._idle[rows] += steps[:, None]
+        self._steps[rows] += steps
         self._unfaded[rows] = 0.0
 
     def posterior(self, rids: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -219,14 +226,19 @@ class AcceptanceTracker:
         self._backoff[rows] = np.where(drafted, np.where(accepted > 0, 0, np.minimum(backoff + 1, MAX_BACKOFF)),
                                        backoff)
         self._idle[rows] = np.where(observed, 0.0, self._idle[rows] + 1.0)
+        self._steps[rows] += 1.0
 
     def forget(self, rid: str) -> None:
-        """Free a finished request's row; its own acceptance joins the server-wide prior first."""
+        """Free a finished request's row; its own acceptance joins the server-wide prior first, as one vote if it
+        ran ``FULL_VOTE_STEPS`` decode steps or more and that share of one if fewer: a request too short to have
+        been tried says little about whether requests are worth trying (a stream of them would otherwise erase
+        what longer ones showed)."""
         row = self._rows.get(rid)
         if row is not None:
             self._settle(np.array([row]))
             del self._rows[rid]
             succ, fail, ever = self._counts[:, row]
+            vote = REQUEST_PRIOR_RATE * min(1.0, self._steps[row] / FULL_VOTE_STEPS)
             # a position it ever tried votes with its rate there, however long ago: decay fades both counts
             # alike, so their ratio stays its rate (weighed by the decayed counts, a request parked after its
             # probes failed voted mostly for the initial prior, and every new request was probed at full depth)
@@ -234,13 +246,12 @@ class AcceptanceTracker:
             seen = np.where(held > 0.0, np.minimum(ever, 1.0), 0.0)
             rate = succ / np.maximum(held, 1e-300)
             target = seen * rate + (1.0 - seen) * self.prior
-            self._by_request += REQUEST_PRIOR_RATE * (target - self._by_request)
+            self._by_request += vote * (target - self._by_request)
             # every finished request ages what earlier ones showed, those that never tried a position too: after a
             # run of requests held short, a new one hopes from the server-wide estimate again
-            self._tried = (1.0 - REQUEST_PRIOR_RATE) * self._tried + seen * np.stack([np.ones_like(rate), rate,
-                                                                                        rate * rate])
+            self._tried = (1.0 - vote) * self._tried + (vote / REQUEST_PRIOR_RATE) * seen * np.stack(
+                [np.ones_like(rate), rate, rate * rate])
             self._free.append(row)
-
 
 def expected_tokens(accept_probs: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """E[tokens emitted] per request at the given lengths: 1 + sum_{t<k} prod_{j<=t} a[j] (§2)."""

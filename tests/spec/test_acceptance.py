@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sglang_faser.spec.acceptance import AcceptanceTracker, expected_tokens
+from sglang_faser.spec.acceptance import FULL_VOTE_STEPS, AcceptanceTracker, expected_tokens
 
 
 def test_new_requests_start_from_the_server_wide_estimate():
@@ -22,22 +22,49 @@ def test_the_server_wide_estimate_counts_requests_not_tokens():
     server's estimate back towards the initial prior: a run of doomed requests does not stop later ones from
     being tried."""
     tracker = AcceptanceTracker(max_len=4, prior=0.6, explore=0.0)
-    for i in range(20):  # sure requests drafting 4 for 30 steps, doomed ones failing at 1 for 2 steps
-        for _ in range(30 if i % 2 == 0 else 2):
-            tracker.observe([f"r{i}"], proposed=np.array([4 if i % 2 == 0 else 1]),
-                            accepted=np.array([4 if i % 2 == 0 else 0]))
+    for i in range(20):  # 30 steps each: sure requests drafting 4 every step, doomed ones failing at 1 twice
+        for step in range(30):
+            drafts = 4 if i % 2 == 0 else int(step < 2)
+            tracker.observe([f"r{i}"], proposed=np.array([drafts]), accepted=np.array([drafts if i % 2 == 0 else 0]))
         tracker.forget(f"r{i}")
     first = tracker.global_accept_by_position[0]
     assert 0.35 < first < 0.65  # half of the requests, whatever their token counts
     for i in range(20):  # doomed requests only
         tracker.observe([f"d{i}"], proposed=np.array([1]), accepted=np.array([0]))
+        _park(tracker, f"d{i}", 20)
         tracker.forget(f"d{i}")
     low = tracker.global_accept_by_position[0]
     assert low < 0.15
     for i in range(30):  # never tried
         tracker.accept_probs([f"n{i}"])
+        _park(tracker, f"n{i}", 20)
         tracker.forget(f"n{i}")
     assert tracker.global_accept_by_position[0] > low + 0.3
+
+
+def test_requests_too_short_to_be_tried_barely_move_the_server_wide_estimate():
+    """A finished request votes by the decode steps it ran (a full vote from FULL_VOTE_STEPS on): a stream of
+    requests finished after a step or two, never tried, does not erase what longer ones showed."""
+    tracker = AcceptanceTracker(max_len=4, prior=0.6, explore=0.0)
+    for i in range(20):
+        for _ in range(FULL_VOTE_STEPS):
+            tracker.observe([f"s{i}"], proposed=np.array([4]), accepted=np.array([4]))
+        tracker.forget(f"s{i}")
+    sure, (centre, _) = tracker.global_accept_by_position.copy(), tracker.untried_by_position()
+    assert sure[0] > 0.85 and centre[0] > 0.85
+    for i in range(40):
+        _park(tracker, f"short{i}", 1)
+        tracker.forget(f"short{i}")
+    assert tracker.global_accept_by_position[0] > 0.8 and tracker.untried_by_position()[0][0] > 0.8
+    for i in range(40):  # as many requests parked all their long lives do pull it back towards the prior
+        _park(tracker, f"long{i}", FULL_VOTE_STEPS)
+        tracker.forget(f"long{i}")
+    assert tracker.global_accept_by_position[0] < 0.65
+
+
+def _park(tracker: AcceptanceTracker, rid: str, steps: int) -> None:
+    for _ in range(steps):
+        tracker.observe([rid], proposed=np.array([0]), accepted=np.array([0]))
 
 
 def test_a_request_parked_after_failed_probes_still_votes_with_its_rate():
