@@ -13,7 +13,9 @@ Each request's skipped rows are contiguous positions ending just before its curr
 advances by exactly one token, and a request that drafts is caught up first. A request missing from a step
 (finished, retracted) loses its backlog; a re-prefill rebuilds its draft state anyway. At most ``limit`` rows per
 request are kept: older skipped positions keep stale draft KV, which costs acceptance, never correctness (the
-target verifies every draft).
+target verifies every draft). So do the rows of a request that decodes in a mixed prefill-decode step
+(``--enable-mixed-chunk``): SGLang's own step advances its draft state by one position past them, so they are
+dropped (``FaserEngine.forward``) rather than caught up one position late.
 """
 
 from __future__ import annotations
@@ -94,5 +96,7 @@ class DraftBacklog:
         """[B] skipped rows each request of the batch would catch up if it drafted now."""
         return np.array([len(self._rows.get(rid, ())) for rid in rids], dtype=np.int64)
 
-    def forget(self, rid: str) -> None:
-        self._rows.pop(rid, None)
+    def forget(self, rid: str) -> int:
+        """Drop a request's backlog (finished, or its draft state moved on outside FASER's decode step); the
+        number of rows dropped."""
+        return len(self._rows.pop(rid, ()))

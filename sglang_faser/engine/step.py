@@ -111,6 +111,8 @@ class FaserEngine:
             self._last = (self.clock.mark(), self._last[1] if self._last else frozenset(), False)
             return result
         if kind == "prefill":
+            if len(self.backlog):  # a mixed step decodes running requests with SGLang's own draft-extend
+                self._drop_backlog(sgl.request_ids(batch))
             began = self.clock.mark()
             result = stock(batch, on_publish, grammar_barrier, pp_proxy_tensors)
             ended = self.clock.mark()
@@ -195,6 +197,13 @@ class FaserEngine:
         self._record(decision, cut, verifier, width, phases, marks, context=context)
         self._last = (ended, members, True)
         return result
+
+    def _drop_backlog(self, rids: list) -> None:
+        """The backlog of requests that run a step outside FASER's decode (a mixed prefill-decode step): SGLang's
+        draft-extend there moves their draft state one position past the skipped rows, so a catch-up would write
+        them one position late; their draft KV stays stale there instead (acceptance, never correctness)."""
+        dropped = sum(self.backlog.forget(rid) for rid in rids)
+        self.controller.counters.backlog_dropped_rows += dropped
 
     def _catch_up(self, batch, view, lengths: np.ndarray) -> tuple[Mark, Mark] | None:
         """The draft state of requests that draft again after steps without drafts, caught up in one pass; its

@@ -306,9 +306,13 @@ def _pp_size() -> int:
     return get_parallel().pp_size
 
 
+def request_ids(batch) -> list:
+    return [req.rid for req in batch.reqs]
+
+
 def step_batch(batch) -> StepBatch:
     return StepBatch(
-        rids=[req.rid for req in batch.reqs],
+        rids=request_ids(batch),
         controls=[req.sampling_params.custom_params for req in batch.reqs],
         context_lens=(batch.seq_lens_cpu if batch.seq_lens_cpu is not None else batch.seq_lens.cpu()).numpy(),
     )

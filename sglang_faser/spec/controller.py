@@ -76,6 +76,7 @@ class LengthCounters:
     plain_decodes: int = 0  # of those, steps run as the target's plain decode (no verify bookkeeping)
     extend_skipped_requests: int = 0  # requests with k_i = 0 left out of a draft-extend that others ran
     catch_up_rows: int = 0  # draft rows computed to catch up after either
+    backlog_dropped_rows: int = 0  # skipped rows never caught up: their requests ran a mixed prefill-decode step
     unobserved: int = 0  # decided steps dropped unobserved because MAX_PENDING_STEPS were already waiting
     length_histogram: list[int] = field(default_factory=list)
     proposed_by_position: list[int] = field(default_factory=list)  # [j]: drafts proposed at position j + 1

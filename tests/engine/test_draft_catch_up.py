@@ -44,12 +44,14 @@ def _flags(target, draft, algorithm):
     ]  # fmt: skip
 
 
-def _generate_with_switches(server: ServerProcess, input_ids: list[int]) -> dict:
-    """Stream one long request, switching the policy at ``SWITCHES``; aborted after ``MAX_NEW`` tokens."""
+def _generate_with_switches(server: ServerProcess, input_ids: list[int], switches: dict = SWITCHES,
+                            at_token: tuple[int, callable] | None = None) -> dict:
+    """Stream one long request, switching the policy at ``switches``; aborted after ``MAX_NEW`` tokens;
+    ``at_token`` (n, f): f() once n tokens have streamed."""
     rid = uuid.uuid4().hex
     body = {"rid": rid, "input_ids": input_ids, "stream": True,
             "sampling_params": {"temperature": 0, "max_new_tokens": LONG, "ignore_eos": True}}
-    pending, last, aborted = dict(SWITCHES), None, False
+    pending, last, aborted = dict(switches), None, False
     with requests.post(server.url + "/generate", json=body, stream=True, timeout=300) as response:
         for line in response.iter_lines():
             if not line.startswith(b"data:") or line.endswith(b"[DONE]"):
@@ -59,6 +61,9 @@ def _generate_with_switches(server: ServerProcess, input_ids: list[int]) -> dict
                 continue
             last = chunk
             done = last["meta_info"]["completion_tokens"]
+            if at_token is not None and done >= at_token[0]:
+                at_token, call = None, at_token[1]
+                call()
             for at in [a for a in pending if done >= a]:
                 policy = encode_policy(FaserConfig(mode="fixed", fixed_len=pending.pop(at)), next(VERSIONS))
                 answer = requests.post(server.url + "/set_internal_state", json={"server_args": policy}, timeout=30)
@@ -126,3 +131,30 @@ def test_switching_into_and_out_of_speculation_keeps_greedy_output_and_catches_t
     assert counters[skipped] > 0 and counters["catch_up_rows"] > 0, counters
     if not neighbour:  # a step where nobody drafts is the target's plain decode on CPU
         assert counters["plain_decodes"] == counters["skipped_extends"], counters
+
+
+def test_a_mixed_prefill_decode_step_drops_the_parked_requests_backlog_and_keeps_greedy_output(
+        tiny_suite, tokenizer, hf_greedy, tmp_path):
+    """With ``--enable-mixed-chunk`` a new request's prefill runs beside the parked stream in one mixed step, with
+    SGLang's own draft-extend: the stream's skipped rows are dropped there (a catch-up would write them one
+    position late), the rows it skips afterwards are caught up when it drafts again, and both outputs stay the
+    target's greedy ones."""
+    target = tiny_suite.target
+    flags = _flags(target, tiny_suite.eagle, "EAGLE") + ["--enable-mixed-chunk", "--chunked-prefill-size", "64"]
+    input_ids = tokenizer("Beautiful is better than ugly").input_ids
+    other_ids = tokenizer("Simple is better than complex. " * 6).input_ids
+    other: dict = {}
+
+    def send_other() -> None:
+        body = {"input_ids": other_ids, "sampling_params": {"temperature": 0, "max_new_tokens": 8}}
+        other["thread"] = threading.Thread(target=lambda: other.update(
+            out=requests.post(server.url + "/generate", json=body, timeout=300).json()))
+        other["thread"].start()
+
+    with ServerProcess(flags, log_path=tmp_path / "server.log") as server:
+        out = _generate_with_switches(server, input_ids, {70: 3, 120: 0}, at_token=(15, send_other))
+        other["thread"].join(300)
+        counters = _counters(server)
+    assert out["output_ids"] == hf_greedy(target, input_ids, len(out["output_ids"]))
+    assert other["out"]["output_ids"] == hf_greedy(target, other_ids, 8)
+    assert counters["backlog_dropped_rows"] > 0 and counters["catch_up_rows"] > 0, counters
