@@ -505,19 +505,25 @@ def skipped_rows(worker, result, roots, width: int, skipped: list[int]):
 
 def _sub_batch(batch, members: list[int], index):
     """A shallow copy of ``batch`` holding only the requests at rows ``members`` (``index`` on the device), for a
-    draft pass over them; SGLang's preparation then writes its own fields on the copy, not the step's batch."""
+    draft pass over them; SGLang's preparation then writes its own fields on the copy, not the step's batch. Its
+    host copies come from the batch's (a device-to-host copy would wait for the GPU: a sync a step)."""
     sub = copy.copy(batch)
     sub.reqs = [batch.reqs[i] for i in members]
     sub.req_pool_indices = batch.req_pool_indices[index]
-    sub.req_pool_indices_cpu = sub.req_pool_indices.cpu()
+    sub.req_pool_indices_cpu = _host_rows(batch.req_pool_indices_cpu, sub.req_pool_indices, members)
     sub.seq_lens = batch.seq_lens[index]
-    sub.seq_lens_cpu = sub.seq_lens.cpu()
+    sub.seq_lens_cpu = _host_rows(batch.seq_lens_cpu, sub.seq_lens, members)
     sub.seq_lens_sum = int(sub.seq_lens_cpu.sum())
     sub.orig_seq_lens = None if batch.orig_seq_lens is None else batch.orig_seq_lens[index]
     if batch.multimodal_inputs is not None:
         sub.multimodal_inputs = [batch.multimodal_inputs[i] for i in members]
     sub.return_logprob, sub.has_grammar, sub.sampling_info = False, False, None
     return sub
+
+
+def _host_rows(host, device_rows, members):
+    """Rows ``members`` of a batch's host copy ``host``; where it has none, a copy of ``device_rows``."""
+    return device_rows.cpu() if host is None else host[members]
 
 
 def _scatter_draft_state(full, part, index) -> None:
@@ -542,20 +548,21 @@ def catch_up_draft(worker, batch, catch_up) -> None:
 
     spec = batch.spec_info
     device = batch.seq_lens.device
-    index = torch.tensor(catch_up.members, dtype=torch.long, device=device)
-    counts = torch.tensor(catch_up.counts, dtype=torch.long, device=device)
+    index, counts = host_to_device(catch_up.members, device), host_to_device(catch_up.counts, device)
+    total = int(sum(catch_up.counts))
     sub = _sub_batch(batch, catch_up.members, index)
     offsets = torch.cumsum(counts, 0) - counts  # where each member's rows begin in the catch-up
-    positions = torch.arange(int(counts.sum()), device=device) + torch.repeat_interleave(
-        sub.seq_lens - counts - offsets, counts)
+    # with output_size, repeat_interleave need not read the counts back from the device
+    positions = torch.arange(total, device=device) + torch.repeat_interleave(
+        sub.seq_lens - counts - offsets, counts, output_size=total)
     sub.forward_mode = ForwardMode.EXTEND
     sub.input_ids = catch_up.tokens.to(torch.int64)
-    rows = torch.repeat_interleave(sub.req_pool_indices, counts)
+    rows = torch.repeat_interleave(sub.req_pool_indices, counts, output_size=total)
     sub.out_cache_loc = batch.req_to_token_pool.req_to_token[rows, positions].to(torch.int64)
-    sub.prefix_lens = (sub.seq_lens_cpu - counts.cpu()).tolist()
+    sub.prefix_lens = [n - k for n, k in zip(sub.seq_lens_cpu.tolist(), catch_up.counts)]
     sub.extend_lens = list(catch_up.counts)
     sub.extend_logprob_start_lens = [0] * len(catch_up.members)
-    sub.extend_num_tokens = int(sum(catch_up.counts))
+    sub.extend_num_tokens = total
     sub.chunked_req, sub.chunked_req_next_prompt_token = None, None
     sub.multimodal_inputs, sub.input_embeds, sub.decoding_reqs = None, None, None
     sub.is_extend_in_batch = False
@@ -646,22 +653,20 @@ def draft_cut_supported(backend) -> bool:
 def run_draft_subset(forward, backend, forward_batch, members: np.ndarray, *args, **kwargs):
     """Run one draft forward over the requests ``members`` only; the output has the full batch's shapes with
     zeros for the others (their tokens lie past their chain cut, so nothing reads them)."""
-    import torch
-
     bs = forward_batch.batch_size
     saved = backend.draft_decode_metadata
     table, seq_lens, rows = saved
-    index = torch.as_tensor(members, dtype=torch.long, device=forward_batch.seq_lens.device)
+    index = host_to_device(members, forward_batch.seq_lens.device)
     backend.draft_decode_metadata = (table, seq_lens[index], rows[index])
     try:
-        out = forward(_sub_decode_batch(forward_batch, index), *args, **kwargs)
+        out = forward(_sub_decode_batch(forward_batch, members, index), *args, **kwargs)
     finally:
         backend.draft_decode_metadata = saved
     return _scatter_output(out, index, bs)
 
 
-def _sub_decode_batch(fb, index):
-    sub = _select(fb, index, index, 0)
+def _sub_decode_batch(fb, members: np.ndarray, index):
+    sub = _select(fb, members, index, index, 0)
     spec = fb.spec_info
     if spec is not None and getattr(spec, "hidden_states", None) is not None:
         spec = copy.copy(spec)
@@ -670,11 +675,12 @@ def _sub_decode_batch(fb, index):
     return sub
 
 
-def _select(fb, index, rows, offset: int):
-    """A copy of ``fb`` with requests ``index`` (a tensor) and token rows ``rows``, its sequences ``offset``
-    tokens further on (rows a verify pass at that offset attends past)."""
+def _select(fb, members: np.ndarray, index, rows, offset: int):
+    """A copy of ``fb`` with requests ``members`` (``index`` on the device) and token rows ``rows``, its sequences
+    ``offset`` tokens further on (rows a verify pass at that offset attends past)."""
     import torch
 
+    host = torch.from_numpy(np.asarray(members, dtype=np.int64))
     sub = copy.copy(fb)
     sub.batch_size = len(index)
     sub.input_ids = fb.input_ids[rows]
@@ -683,18 +689,18 @@ def _select(fb, index, rows, offset: int):
     sub.req_pool_indices = fb.req_pool_indices[index]
     sub.seq_lens = fb.seq_lens[index] + offset
     if fb.seq_lens_cpu is not None:
-        sub.seq_lens_cpu = fb.seq_lens_cpu[index.cpu()] + offset
+        sub.seq_lens_cpu = fb.seq_lens_cpu[host] + offset
         sub.seq_lens_sum = int(sub.seq_lens_cpu.sum())
     else:
         sub.seq_lens_sum = int(sub.seq_lens.sum())
     if getattr(fb, "orig_seq_lens", None) is not None:
         sub.orig_seq_lens = fb.orig_seq_lens[index] + offset
     if fb.req_pool_indices_cpu is not None:
-        sub.req_pool_indices_cpu = fb.req_pool_indices_cpu[index.cpu()]
+        sub.req_pool_indices_cpu = fb.req_pool_indices_cpu[host]
     if fb.num_token_non_padded is not None:
         sub.num_token_non_padded = torch.as_tensor(len(rows), dtype=fb.num_token_non_padded.dtype,
                                                    device=fb.num_token_non_padded.device)
-    _subset_lists(fb, sub, index.tolist())
+    _subset_lists(fb, sub, host.tolist())
     return sub
 
 
@@ -793,10 +799,8 @@ def ragged_verify_batch(fb, members: np.ndarray, offset: int, widths: np.ndarray
     """A TARGET_VERIFY ``ForwardBatch`` over flat rows ``rows`` of ``fb``: request ``members[m]`` takes
     ``widths[m]`` rows from ``offset`` on, at positions seq_len + offset.. (its committed prefix plus the rows
     earlier passes wrote), in SGLang's ragged layout."""
-    import torch
-
     device = fb.seq_lens.device
-    sub = _select(fb, torch.as_tensor(members, dtype=torch.long, device=device), rows, offset)
+    sub = _select(fb, members, host_to_device(members, device), rows, offset)
     sub.return_logprob = False  # SGLang computes verify logprobs from the merged logits afterwards
     spec = copy.copy(fb.spec_info)
     spec.draft_token_num = int(widths.max())
