@@ -169,10 +169,6 @@ class AcceptanceTracker:
         mean = (succ + weight * centre) / n
         return mean, np.sqrt(mean * (1.0 - mean) / (n + 1.0))
 
-    def accept_probs(self, rids: list[str]) -> np.ndarray:
-        """[B, max_len] the optimistic estimates decisions use (``estimates``' second half)."""
-        return self.estimates(rids)[1]
-
     def estimates(self, rids: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """([B, max_len] posterior means, [B, max_len] the estimates for decisions): the means, plus explore x sd x
         sqrt(1 + ln(1 + idle)) at the first position the request has less than one (decayed) observation of (at

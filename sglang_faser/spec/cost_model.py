@@ -199,6 +199,11 @@ class StepCostModel:
         self._residual: dict[int, dict[int, list]] = {}
         self._steps = 0  # steps recorded
 
+    def samples(self, phase: str, online: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(features [n, F], ms [n], batch size [n]) the fit holds for ``phase``: the latest steps' (``online``) or
+        the start-up profile's."""
+        return (self._online if online else self._prior)[phase].arrays()
+
     def coefs(self, phase: str, batch) -> np.ndarray:
         """The coefficients that price a step of ``batch`` requests (scalar, or an array: one row each): the fit
         local to its batch-size bucket (the global fit before the first refit)."""

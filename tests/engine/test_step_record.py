@@ -41,7 +41,7 @@ def _plain_step(engine: FaserEngine, rids: list[str], marks: StepMarks | None = 
 def _samples(engine: FaserEngine) -> tuple[int, int, int]:
     """(verify samples, draft samples, steps counted)."""
     cost = engine.controller.cost
-    return len(cost._online[VERIFY]), len(cost._online[DRAFT]), engine.controller.counters.steps
+    return len(cost.samples(VERIFY)[1]), len(cost.samples(DRAFT)[1]), engine.controller.counters.steps
 
 
 def test_a_hold_adds_one_cost_sample_from_its_last_held_step():
@@ -90,8 +90,8 @@ def test_on_a_gpu_a_step_is_priced_by_the_devices_times_once_they_can_be_read():
     clock.poll()
     cost = engine.controller.cost
     assert _samples(engine) == (1, 1, 4)
-    x, verify_ms, _ = cost._online[VERIFY].arrays()
-    _, draft_ms, _ = cost._online[DRAFT].arrays()
+    _, verify_ms, _ = cost.samples(VERIFY)
+    _, draft_ms, _ = cost.samples(DRAFT)
     assert verify_ms.tolist() == pytest.approx([9.0]) and draft_ms.tolist() == pytest.approx([1.5 + 0.5])
     # telemetry's phase times are the device's too: 4 steps of 9 ms verifying (the host launched each in 0 ms)
     assert engine.telemetry._now.busy["verify"] == pytest.approx(4 * 0.009)

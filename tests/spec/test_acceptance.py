@@ -13,7 +13,7 @@ def test_new_requests_start_from_the_server_wide_estimate():
     for _ in range(50):
         tracker.observe(["a"], proposed=np.array([4]), accepted=np.array([4]))
     tracker.forget("a")  # a finished request's own rate joins the server's
-    fresh = tracker.accept_probs(["new"])[0]
+    fresh = tracker.estimates(["new"])[1][0]
     assert np.all(fresh > 0.6)
 
 
@@ -36,7 +36,7 @@ def test_the_server_wide_estimate_counts_requests_not_tokens():
     low = tracker.global_accept_by_position[0]
     assert low < 0.15
     for i in range(30):  # never tried
-        tracker.accept_probs([f"n{i}"])
+        tracker.estimates([f"n{i}"])
         _park(tracker, f"n{i}", 20)
         tracker.forget(f"n{i}")
     assert tracker.global_accept_by_position[0] > low + 0.3
@@ -121,12 +121,12 @@ def test_a_parked_request_regains_optimism_slower_after_each_failed_probe():
     tracker.observe(["once", "often", "y"], proposed=np.array([2, 2, 2]), accepted=np.array([0, 0, 2]))
     for _ in range(29):
         tracker.observe(["often", "y"], proposed=np.array([2, 2]), accepted=np.array([0, 2]))
-    low = tracker.accept_probs(["once", "often"])[:, 0]
+    low = tracker.estimates(["once", "often"])[1][:, 0]
 
     def park(steps):  # length 0: nothing observed, old failures fade
         for _ in range(steps):
             tracker.observe(["once", "often", "y"], proposed=np.array([0, 0, 2]), accepted=np.array([0, 0, 2]))
-        return tracker.accept_probs(["once", "often"])[:, 0]
+        return tracker.estimates(["once", "often"])[1][:, 0]
 
     once, often = park(5)
     assert once > low[0] + 0.2  # one failure: probed again soon
@@ -134,7 +134,7 @@ def test_a_parked_request_regains_optimism_slower_after_each_failed_probe():
     assert park(1000)[1] > low[1] + 0.3  # but is not written off for good
     tracker.observe(["often"], proposed=np.array([1]), accepted=np.array([1]))  # a probe that passes ends the
     tracker.observe(["often"], proposed=np.array([1]), accepted=np.array([0]))  # back-off: after one failure,
-    before = tracker.accept_probs(["often"])[0, 0]
+    before = tracker.estimates(["often"])[1][0, 0]
     assert park(5)[1] > before + 0.1  # it is probed again soon
 
 
@@ -149,7 +149,7 @@ def test_a_step_without_drafts_fades_evidence_as_a_parked_row_of_a_drafting_step
     for _ in range(4):
         alone.observe(["p", "q"], proposed=np.array([0, 0]), accepted=np.array([0, 0]))
         beside.observe(["p", "q", "z"], proposed=np.array([0, 0, 1]), accepted=np.array([0, 0, 1]))
-    np.testing.assert_allclose(alone.accept_probs(["p", "q"]), beside.accept_probs(["p", "q"]))
+    np.testing.assert_allclose(alone.estimates(["p", "q"])[1], beside.estimates(["p", "q"])[1])
     np.testing.assert_array_equal(alone.probe_limits(["p", "q"]), beside.probe_limits(["p", "q"]))
     for _ in range(7):  # steps without drafts are applied when next read: here by a finished request's vote
         alone.observe(["p", "q"], proposed=np.array([0, 0]), accepted=np.array([0, 0]))
@@ -157,7 +157,7 @@ def test_a_step_without_drafts_fades_evidence_as_a_parked_row_of_a_drafting_step
     alone.forget("q")
     beside.forget("q")
     np.testing.assert_allclose(alone.global_accept_by_position, beside.global_accept_by_position)
-    np.testing.assert_allclose(alone.accept_probs(["p"]), beside.accept_probs(["p"]))
+    np.testing.assert_allclose(alone.estimates(["p"])[1], beside.estimates(["p"])[1])
 
 
 def test_a_failing_request_drops_within_a_few_steps():
@@ -174,19 +174,19 @@ def test_seldom_tried_positions_look_better_than_their_mean():
     tracker = AcceptanceTracker(max_len=4, prior=0.6, explore=1.0)
     for i in range(20):  # held at one draft, which passes every other step
         tracker.observe(["x"], proposed=np.array([1]), accepted=np.array([i % 2]))
-    optimistic, (mean, _) = tracker.accept_probs(["x"])[0], tracker.posterior(["x"])
+    optimistic, (mean, _) = tracker.estimates(["x"])[1][0], tracker.posterior(["x"])
     assert optimistic[1] > mean[0, 1] + 0.1  # position 2 never tried: a bonus that invites a probe
     assert optimistic[0] - mean[0, 0] < optimistic[1] - mean[0, 1]
 
 
 def test_rows_are_reused_and_capacity_grows():
     tracker = AcceptanceTracker(max_len=2, initial_capacity=2)
-    tracker.accept_probs([f"r{i}" for i in range(5)])
+    tracker.estimates([f"r{i}" for i in range(5)])
     assert len(tracker) == 5
     for i in range(5):
         tracker.forget(f"r{i}")
     assert len(tracker) == 0
-    tracker.accept_probs(["again"])
+    tracker.estimates(["again"])
     assert len(tracker) == 1
 
 

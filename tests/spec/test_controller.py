@@ -351,8 +351,8 @@ def test_a_start_up_sweep_sample_read_steps_late_still_joins_the_prior():
         controller.decide(["a"])
         controller.observe([0])
     cost = controller.cost
-    prior, online = len(cost._prior[DRAFT]), len(cost._online[DRAFT])
+    prior, online = len(cost.samples(DRAFT, online=False)[1]), len(cost.samples(DRAFT)[1])
     controller.record_phase(DRAFT, 1, 2, 5.0, rows=1, drafting=1, step=controller.calibration_steps)
-    assert (len(cost._prior[DRAFT]), len(cost._online[DRAFT])) == (prior + 1, online)
+    assert (len(cost.samples(DRAFT, online=False)[1]), len(cost.samples(DRAFT)[1])) == (prior + 1, online)
     controller.record_phase(DRAFT, 1, 2, 5.0, rows=1, drafting=1)  # default: the last decided step's
-    assert (len(cost._prior[DRAFT]), len(cost._online[DRAFT])) == (prior + 1, online + 1)
+    assert (len(cost.samples(DRAFT, online=False)[1]), len(cost.samples(DRAFT)[1])) == (prior + 1, online + 1)
