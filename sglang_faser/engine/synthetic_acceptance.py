@@ -19,6 +19,7 @@ tilt the comparison towards no speculation); parsing and the draws are tested wi
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -97,9 +98,9 @@ def around_eagle_sample(original, verify_input, batch, logits_output, *args, **k
 
     width, next_token, candidates, target, rids = chain
     device = predict.device
-    setting, generator = _state(device)
+    setting, generator, rate = _state(device)
     chains = (next_token != -1).to(torch.int64).cumprod(dim=1).sum(dim=1).clamp(max=width - 1)
-    rates = touchpoints.host_to_device([setting.rate(rid) for rid in rids], device, dtype=np.float32)
+    rates = touchpoints.host_to_device([rate(rid) for rid in rids], device, dtype=np.float32)
     accepted = setting.draw(rates, chains, width - 1, generator)
 
     positions = torch.arange(width, device=predict.device)
@@ -116,18 +117,20 @@ def around_eagle_sample(original, verify_input, batch, logits_output, *args, **k
     return predict, (accepted + 1).to(accept_lens.dtype), accept_index
 
 
-_STATE: tuple[SyntheticAcceptance, object] | None = None
+_STATE: tuple | None = None
+RATES_CACHED = 4096  # requests whose rate is kept: a hash a request, not one a request every verify step
 
 
 def _state(device):
-    """The setting and a generator on ``device``, seeded alike in every process (the same draws on every
-    tensor-parallel rank)."""
+    """The setting, a generator on ``device``, seeded alike in every process (the same draws on every
+    tensor-parallel rank), and the setting's ``rate`` cached by rid."""
     global _STATE
     if _STATE is None:
         import torch
 
         setting = SyntheticAcceptance.from_env()
-        _STATE = (setting, torch.Generator(device=device).manual_seed(setting.seed))
+        _STATE = (setting, torch.Generator(device=device).manual_seed(setting.seed),
+                  functools.lru_cache(maxsize=RATES_CACHED)(setting.rate))
     return _STATE
 
 
