@@ -142,6 +142,8 @@ def parse_args(argv):
             parser.error("--burstiness must be > 0")
         args.cv = args.burstiness ** -0.5
     args.arrivals = args.arrivals or (["poisson"] if args.quick else ["poisson", "gamma"])
+    args.requests = args.requests or (12 if args.quick else 32)
+    args.max_new_tokens = args.max_new_tokens or (32 if args.quick else 64)
     try:
         args.synthetic = synthetic_acceptance(args.synthetic_acceptance)
     except ValueError as exc:
@@ -157,9 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown configuration {unknown[0]} (known: {', '.join(all_configs)})")
     rates = args.rates or ([2.0, 16.0] if args.quick else [1.0, 4.0, 16.0, 64.0])
-    n = args.requests or (12 if args.quick else 32)
-    max_new = args.max_new_tokens or (32 if args.quick else 64)
-    workloads = build_workloads(args, n, max_new, rates)
+    workloads = build_workloads(args, args.requests, args.max_new_tokens, rates)
 
     from tqdm import tqdm
 
@@ -181,14 +181,14 @@ def main(argv: list[str] | None = None) -> int:
                     failed_configs[name] = str(exc)[-2000:]
                     print(f"\n{name}: server failed, skipped: {str(exc)[-300:]}", file=sys.stderr)
                 # after every server: a run cut short (a device lease ending) keeps what it measured
-                text, stem = write_results(args, workloads, runs, failed_configs, n, max_new, began, final=False)
-    text, stem = write_results(args, workloads, runs, failed_configs, n, max_new, began, final=True)
+                text, stem = write_results(args, workloads, runs, failed_configs, began, final=False)
+    text, stem = write_results(args, workloads, runs, failed_configs, began, final=True)
     print(text)
     print(f"wrote {stem}.{{json,md,png}}")
     return 0
 
 
-def write_results(args, workloads, runs, failed_configs, n, max_new, began, final):
+def write_results(args, workloads, runs, failed_configs, began, final):
     """Medians of the repeats so far, ratios and the lossless check, into serve_bench_{tag}.{json,md(,png)}."""
     results: dict = {arrivals: {} for arrivals in workloads}
     for (arrivals, name, rate), rows in runs.items():
@@ -198,8 +198,9 @@ def write_results(args, workloads, runs, failed_configs, n, max_new, began, fina
         metrics.add_ratios(table)
         metrics.check_lossless(table)  # greedy speculation must not change a token (synthetic runs excepted)
     meta = {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
-            "arrivals": list(workloads), "prompts": args.prompts, "gamma_cv": args.cv, "requests_per_rate": n,
-            "max_new_tokens": max_new, "repeats": args.repeats, "max_concurrency": args.max_concurrency,
+            "arrivals": list(workloads), "prompts": args.prompts, "gamma_cv": args.cv,
+            "requests_per_rate": args.requests, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
+            "max_concurrency": args.max_concurrency,
             "algorithm": args.algorithm, "window": args.window, "model": args.model_path or "embedded default",
             "server_args": args.server_arg, "synthetic_acceptance": args.synthetic, "failed_configs": failed_configs,
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset"),  # the servers inherit it
