@@ -80,8 +80,8 @@ KNOBS: tuple[Knob, ...] = (
          "the best single length for the batch before they replace it (a mixed plan pays costs the model does not "
          "price: catch-ups, sub-batch draft-extends); 0 = always the exact optimum"),
     Knob("draft_margin", "float", 0.1, 0.0, 10.0, "how much more goodput a plan that drafts must expect than no "
-         "drafts at all before it runs (its expected tokens carry exploration's hopes, and drafting pays costs the "
-         "model prices after the fact: catch-ups, depth switches); 0 = always the exact optimum"),
+         "drafts at all before it runs, unless it pays on the posterior means alone (its expected tokens carry "
+         "exploration's hopes, which drafted steps did not deliver); 0 = always the exact optimum"),
 )
 KNOB = {k.name: k for k in KNOBS}
 

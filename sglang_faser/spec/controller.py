@@ -182,11 +182,12 @@ class LengthController:
         if floors is not None:
             mins = np.maximum(mins, np.asarray(floors, dtype=np.int64))
         mins = np.minimum(mins, limit)
-        probs = _explore_few(*self.tracker.estimates(rids), EXPLORED_PER_STEP)
+        means, hopes = self.tracker.estimates(rids)
+        probs = _explore_few(means, hopes, EXPLORED_PER_STEP)
         weights = None if critical is None else np.where(critical, self.config.latency_weight, 1.0)
         resume = None if backlog is None else self.cost.catch_up_ms(backlog) / RESUME_HORIZON
         plan = self.policy.plan(probs, limit, mins, self.cost, uniform=uniform, weights=weights, context=context,
-                                resume_ms=resume)
+                                resume_ms=resume, sure_probs=means)
         if self.config.mode is Mode.ADAPTIVE and plan.lengths.max(initial=0) > 1:  # back-off probes: one deep
             limits = self.tracker.probe_limits(rids)
             if uniform:

@@ -19,7 +19,9 @@ inside the search space, so under the model the plan never loses to no speculati
 0) the best fixed length.
 ``uniform_margin``: the per-request optimum replaces the best single length only when it expects that much more
 goodput, since a mixed plan pays what the model does not price (sub-batch draft-extends, catch-ups later).
-``draft_margin``: likewise a plan that drafts replaces no drafts at all only when it expects that much more.
+``draft_margin``: likewise a plan that drafts replaces no drafts at all only when it expects that much more, or
+when it pays on the posterior means alone (``sure_probs``): the margin is for exploration's hopes, which drafted
+steps did not deliver, not for what a request's record already shows.
 
 ``uniform``: a verify backend that gives every request the same rows (B x (k + 1)) gets one length for all.
 Everything is NumPy over [D, B] plans (benchmarks/policy_decision.py times it).
@@ -89,7 +91,7 @@ class LengthPolicy(ABC):
     def plan(
         self, accept_probs: np.ndarray, caps: np.ndarray, min_lens: np.ndarray, cost: StepCostModel,
         uniform: bool = False, weights: np.ndarray | None = None, context: int = 0,
-        resume_ms: np.ndarray | None = None,
+        resume_ms: np.ndarray | None = None, sure_probs: np.ndarray | None = None,
     ) -> StepPlan:
         """``accept_probs`` [B, K]; ``caps``/``min_lens`` [B] per-request bounds with min_lens <= caps <= K.
 
@@ -97,7 +99,8 @@ class LengthPolicy(ABC):
         cannot give requests different row counts. ``weights`` [B]: how much each request's tokens count
         (default 1; latency-critical requests more). ``context``: the batch's context tokens (its sum of sequence
         lengths), which every plan pays for in verification. ``resume_ms`` [B]: what each request pays, this step,
-        to draft at all (its draft's catch-up after steps at length 0, amortised; default 0).
+        to draft at all (its draft's catch-up after steps at length 0, amortised; default 0). ``sure_probs`` [B, K]:
+        the posterior means behind ``accept_probs`` (which may hold exploration's optimism), or None.
         """
 
 
@@ -135,7 +138,7 @@ class FixedPolicy(LengthPolicy):
         self.length = length
 
     def plan(self, accept_probs, caps, min_lens, cost, uniform=False, weights=None, context=0,
-             resume_ms=None) -> StepPlan:
+             resume_ms=None, sure_probs=None) -> StepPlan:
         lengths = np.clip(np.full(len(caps), self.length, dtype=np.int64), min_lens, caps)
         return StepPlan(lengths, *evaluate(accept_probs, lengths, cost, uniform, context, resume_ms))
 
@@ -152,7 +155,7 @@ class GoodputPolicy(LengthPolicy):
         self._shape_cache: _StepShape | None = None
 
     def plan(self, accept_probs, caps, min_lens, cost, uniform=False, weights=None, context=0,
-             resume_ms=None) -> StepPlan:
+             resume_ms=None, sure_probs=None) -> StepPlan:
         accept_probs = np.asarray(accept_probs, dtype=np.float64)
         caps = np.asarray(caps, dtype=np.int64)
         min_lens = np.minimum(np.asarray(min_lens, dtype=np.int64), caps)
@@ -168,12 +171,15 @@ class GoodputPolicy(LengthPolicy):
         if weights is not None:
             gain *= np.asarray(weights, dtype=np.float64)[None, :]
         resume = np.zeros(batch) if resume_ms is None else np.asarray(resume_ms, dtype=np.float64)
+        # a plan that drafts below the margin may still pay on the posterior means alone (``_or_rest``)
+        sure = None if sure_probs is None else (
+            lambda lengths: evaluate(sure_probs, lengths, cost, uniform, context, resume_ms))
         if uniform:
-            return self._uniform(gain, caps, min_lens, cost, batch, width, context, resume)
-        return self._dinkelbach(gain, caps, min_lens, cost, batch, width, context, resume)
+            return self._uniform(gain, caps, min_lens, cost, batch, width, context, resume, sure)
+        return self._dinkelbach(gain, caps, min_lens, cost, batch, width, context, resume, sure)
 
     def _dinkelbach(self, gain, caps, min_lens, cost, batch: int, width: int, context: int,
-                    resume: np.ndarray) -> StepPlan:
+                    resume: np.ndarray, sure=None) -> StepPlan:
         """The exact optimum for every depth cap D = 0..K at once, then the best D.
 
         Survival falls with k and, past the first draft, the marginal cost of a draft does not change, so for a
@@ -292,17 +298,26 @@ class GoodputPolicy(LengthPolicy):
                 chosen = StepPlan(same[one].astype(np.int64), float(same_tokens[one]), float(same_ms[one]))
         # cap 0's plan is every request at rest (feasible: no request's floor asks for drafts)
         return self._or_rest(chosen, StepPlan(choice[0].astype(np.int64), float(tokens[0]), float(ms[0]))
-                             if feasible[0] else None)
+                             if feasible[0] else None, sure)
 
-    def _or_rest(self, chosen: StepPlan, rest: StepPlan | None) -> StepPlan:
+    def _or_rest(self, chosen: StepPlan, rest: StepPlan | None, sure=None) -> StepPlan:
         """``chosen``, unless it drafts and expects less than ``draft_margin`` more goodput than ``rest`` (every
-        request at length 0): its expected tokens hold the hopes of exploration, and drafting pays costs the
-        model learns only after the fact (a catch-up, a switch of depth), so a small expected gain is no gain.
-        Measured on the mixed workload at 4 concurrent requests on CPU: steps that drafted delivered 8-16 % fewer
-        tokens than expected, parked steps 4 % more tokens a millisecond than modelled."""
+        request at length 0) and, priced on the posterior means alone (``sure``: lengths -> (tokens, ms), None
+        without them), no more than ``rest``. Its expected tokens hold the hopes of exploration, which drafted
+        steps did not deliver: measured on the mixed workload at 4 concurrent requests on CPU, steps that drafted
+        delivered 8-16 % fewer tokens than expected, parked steps 4 % more tokens a millisecond than modelled. A
+        plan that pays on what the requests' records already show needs no margin: at 32 requests of that
+        workload the model gave one draft a request 6-9 % over parking on the means, the margin parked every
+        request, and stock fixed-1 ran at 1.00-1.15x of no speculation."""
         if rest is None or self.draft_margin <= 0 or not chosen.lengths.any():
             return chosen
-        return rest if chosen.goodput < rest.goodput * (1 + self.draft_margin) else chosen
+        if chosen.goodput >= rest.goodput * (1 + self.draft_margin):
+            return chosen
+        if sure is not None:
+            (tokens, ms), (rest_tokens, rest_ms) = sure(chosen.lengths), sure(rest.lengths)
+            if tokens * rest_ms > rest_tokens * ms:
+                return chosen
+        return rest
 
     def _shape(self, cost: StepCostModel, batch: int, width: int) -> "_StepShape":
         """The step's prices that only change with the fit and the batch size (most steps reuse the last)."""
@@ -313,13 +328,13 @@ class GoodputPolicy(LengthPolicy):
         return self._shape_cache
 
     def _uniform(self, gain, caps, min_lens, cost, batch: int, width: int, context: int,
-                 resume: np.ndarray) -> StepPlan:
+                 resume: np.ndarray, sure=None) -> StepPlan:
         lengths = np.clip(np.arange(width + 1)[:, None], min_lens[None, :], caps[None, :])  # [K + 1, B]
         tokens = gain[lengths, np.arange(batch)[None, :]].sum(axis=1)
         ms = plan_ms(cost, batch, lengths, uniform=True, context=context, resume_ms=resume)
         best = int(np.argmax(tokens / np.maximum(ms, 1e-9)))
         plans = [StepPlan(lengths[k].astype(np.int64), float(tokens[k]), float(ms[k])) for k in (best, 0)]
-        return self._or_rest(plans[0], None if plans[1].lengths.any() else plans[1])
+        return self._or_rest(plans[0], None if plans[1].lengths.any() else plans[1], sure)
 
 
 def make_policy(mode: str, fixed_len: int, uniform_margin: float = 0.0, draft_margin: float = 0.0) -> LengthPolicy:

@@ -300,3 +300,20 @@ def test_drafting_replaces_no_drafts_only_when_it_expects_clearly_more(uniform):
     floors = np.array([1, 0, 0, 0])
     held = GoodputPolicy(draft_margin=0.25).plan(np.full((4, K), 0.3), caps, floors, cost, uniform=uniform)
     assert held.lengths[0] >= 1
+
+
+@pytest.mark.parametrize("uniform", [False, True])
+def test_the_draft_margin_holds_back_hopes_not_what_the_posterior_means_show(uniform):
+    """A plan that drafts below ``draft_margin`` still runs when it pays on the posterior means alone; a plan
+    whose gain rests on exploration's optimism does not."""
+    cost = linear_cost(per_token=0.5, overhead=5.0)
+    caps, mins = np.full(4, K), np.zeros(4, dtype=np.int64)
+    hopes = np.full((4, K), 0.3)
+    rest = FixedPolicy(0).plan(hopes, caps, mins, cost, uniform=uniform)
+    exact = GoodputPolicy().plan(hopes, caps, mins, cost, uniform=uniform)
+    assert 0 < exact.goodput / rest.goodput - 1 < 0.25  # below the margin
+    policy = GoodputPolicy(draft_margin=0.25)
+    shown = policy.plan(hopes, caps, mins, cost, uniform=uniform, sure_probs=hopes)  # no optimism in them
+    assert shown.lengths.tolist() == exact.lengths.tolist()
+    hoped = policy.plan(hopes, caps, mins, cost, uniform=uniform, sure_probs=np.full((4, K), 0.05))
+    assert not hoped.lengths.any()
