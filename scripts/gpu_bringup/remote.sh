@@ -24,6 +24,9 @@ export SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1 PYTORCH_SKIP_CUDNN_COMPATIBILITY_C
 # the wheel's Rust radix-tree core misreads tensor dtypes under the image's torch 2.11 ("insert value must be an
 # int64 tensor, got Half/Float" at the first prefill, FASER or not; benchmarks/results/gpu/): use SGLang's Python one
 export SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=${SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND:-python}
+# every Triton compile after the server is up goes to its log (SGLang warns from 1 s by default): the stalls of the
+# third lease (benchmarks/results/gpu/README.md) were 60-430 ms each
+export SGLANG_TRITON_SLOW_COMPILE_THRESHOLD_SECS=${SGLANG_TRITON_SLOW_COMPILE_THRESHOLD_SECS:-0.02}
 export SGLANG_FASER_CACHE=$S/cache SGLANG_JIT_CACHE_DIR=$S/jit FLASHINFER_WORKSPACE_BASE=$S TRITON_CACHE_DIR=$S/triton
 export PATH="$(dirname "$(command -v python3)"):$PATH"
 if [ -d "$S/site/nvidia/cu13/include" ]; then export CPATH="$S/site/nvidia/cu13/include${CPATH:+:$CPATH}"; fi
