@@ -18,6 +18,7 @@ from sglang_faser.spec.config import KNOBS, ConfigError, FaserConfig, Mode
 PREFIX = "--faser-"
 STOCK = "stock"  # launcher only, not a policy Mode: nothing of FASER is installed
 REJECTION_SAMPLING = "--speculative-use-rejection-sampling"
+WARMUP_CHOICES = ("auto", "on", "off")
 
 
 def _on_off(value: str) -> bool:
@@ -64,7 +65,18 @@ def build_parser() -> argparse.ArgumentParser:
                          help="allow a non-loopback address without TLS and a token (not recommended)")
     control.add_argument("--faser-policy-file",
                          help="keep the policy in this JSON file; a restart resumes the policy it holds")
+    start = parser.add_argument_group("FASER start-up")
+    start.add_argument("--faser-warmup", choices=WARMUP_CHOICES, default="auto",
+                       help="before serving, run every draft depth at every batch-size bucket once, so that no "
+                       "request waits for a kernel compiled at its first use (SGLang's --warmups faser_depths; "
+                       "auto: on where a GPU serves, off on CPU, where nothing compiles; default: auto)")
     return parser
+
+
+def warmup_wanted(argv: list[str], on_cpu: bool) -> bool:
+    """Whether the launcher adds FASER's start-up warm-up (``--faser-warmup``) to SGLang's ``--warmups``."""
+    known, _ = build_parser().parse_known_args(argv)
+    return known.faser_warmup == "on" or (known.faser_warmup == "auto" and not on_cpu)
 
 
 @dataclass(frozen=True)

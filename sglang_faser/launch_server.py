@@ -23,7 +23,7 @@ import logging
 import os
 import sys
 
-from sglang_faser.launch_flags import ControlFlags, build_parser, parse_launch_args
+from sglang_faser.launch_flags import ControlFlags, build_parser, parse_launch_args, warmup_wanted
 from sglang_faser.spec.config import ENV_VAR, FaserConfig
 
 logger = logging.getLogger("sglang_faser.launch_server")
@@ -87,6 +87,17 @@ def apply_cpu_and_model_defaults(argv: list[str], on_cpu: bool) -> list[str]:
     return argv
 
 
+def with_warmup(argv: list[str]) -> list[str]:
+    """SGLang's ``--warmups`` with FASER's start-up warm-up added (after any the operator named)."""
+    from sglang_faser.engine.warmup import NAME
+
+    named = _flag_value(argv, "--warmups")
+    if named is None:
+        return argv + ["--warmups", NAME]
+    names = [n for n in named.split(",") if n]
+    return argv if NAME in names else _set_flag_value(argv, "--warmups", ",".join(names + [NAME]))
+
+
 def export_config(config: FaserConfig | None, environ=os.environ) -> None:
     """Hand the FASER settings to SGLang's children; ``None`` (stock) also drops a value inherited from the shell,
     since the plugin installs the FASER worker whenever the variable is set."""
@@ -125,6 +136,8 @@ def main(argv: list[str] | None = None) -> None:
     except ModelUnavailable as exc:
         print(f"sglang_faser.launch_server: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    if config is not None and warmup_wanted(argv, on_cpu):
+        sglang_argv = with_warmup(sglang_argv)
 
     from sglang_faser.engine import touchpoints
 

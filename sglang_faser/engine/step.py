@@ -47,7 +47,7 @@ from sglang_faser.engine.step_clock import Mark, StepClock
 from sglang_faser.engine.step_trace import StepTrace
 from sglang_faser.engine.verify import RaggedVerifier
 from sglang_faser.spec.config import FaserConfig
-from sglang_faser.spec.controller import LengthController, StepDecision
+from sglang_faser.spec.controller import LengthController, LengthCounters, StepDecision
 from sglang_faser.spec.cost_model import DRAFT, VERIFY
 from sglang_faser.spec.request_params import parse_or_none
 from sglang_faser.spec.telemetry import TelemetryRecorder, subtract
@@ -145,7 +145,7 @@ class FaserEngine:
             verify_input, cut = sgl.plain_decode_input(self.worker, batch), NO_DRAFTS
         else:
             draft_began = self.clock.mark()
-            catch_up = self._catch_up(batch, view, decision.lengths)
+            catch_up = self._catch_up(batch, view, decision)
             schedule = (FrontierPipeline(verifier, decision.lengths, self.config.overlap, self.worker, batch)
                         if verifier is not None and len(verifier.bounds) > 1 else DraftSchedule(decision.lengths))
             cut = DraftCut(schedule, decision.depth)
@@ -178,14 +178,15 @@ class FaserEngine:
             self.backlog.record(view.rids, skipped, *sgl.skipped_rows(self.worker, result, roots, width, skipped))
         else:
             self.backlog.record(view.rids, [], None, None)
+        counters = self.controller.counters if not decision.warmup else LengthCounters()  # warm-up: not counted
         if decision.depth == 0:
             sgl.skip_draft_extend(self.worker, batch, result, start)
-            self.controller.counters.skipped_extends += 1
-            self.controller.counters.plain_decodes += plain
+            counters.skipped_extends += 1
+            counters.plain_decodes += plain
         elif skipped:
             drafting = [i for i, k in enumerate(decision.lengths) if k > 0]
             sgl.draft_extend_members(self.worker, batch, result, verify_input, drafting)
-            self.controller.counters.extend_skipped_requests += len(skipped)
+            counters.extend_skipped_requests += len(skipped)
         else:
             sgl.draft_extend(self.worker, batch, result, verify_input)
         ended = self.clock.mark()
@@ -205,16 +206,17 @@ class FaserEngine:
         dropped = sum(self.backlog.forget(rid) for rid in rids)
         self.controller.counters.backlog_dropped_rows += dropped
 
-    def _catch_up(self, batch, view, lengths: np.ndarray) -> tuple[Mark, Mark] | None:
+    def _catch_up(self, batch, view, decision: StepDecision) -> tuple[Mark, Mark] | None:
         """The draft state of requests that draft again after steps without drafts, caught up in one pass; its
-        marks (a one-off per resumption, priced on its own, kept out of the per-step fit)."""
-        catch_up = self.backlog.take(view.rids, np.flatnonzero(lengths).tolist())
+        marks (a one-off per resumption, priced on its own, kept out of the per-step fit; a warm-up's not priced)."""
+        catch_up = self.backlog.take(view.rids, np.flatnonzero(decision.lengths).tolist())
         if catch_up is None:
             return None
         rows, began = len(catch_up.tokens), self.clock.mark()
         sgl.catch_up_draft(self.worker, batch, catch_up)
         ended, clock = self.clock.mark(), self.clock
-        clock.when_ready(ended, lambda: self.controller.record_catch_up(rows, clock.ms(began, ended)))
+        if not decision.warmup:
+            clock.when_ready(ended, lambda: self.controller.record_catch_up(rows, clock.ms(began, ended)))
         return began, ended
 
     # -- decide ----------------------------------------------------------------------------------------------
@@ -275,8 +277,10 @@ class FaserEngine:
         def on_pass(vpass, began: Mark, ended: Mark) -> None:
             members, rows, context = len(vpass.members), vpass.rows, int(context_lens[vpass.members].sum())
             step = controller.counters.steps
-            clock.when_ready(ended, lambda: controller.record_phase(VERIFY, members, rows, clock.ms(began, ended),
-                                                                    context=context, step=step))
+            if not decision.warmup:
+                clock.when_ready(ended, lambda: controller.record_phase(VERIFY, members, rows,
+                                                                        clock.ms(began, ended), context=context,
+                                                                        step=step))
             phases.append(("verify", began, ended))
 
         target_forward = sgl.target_forward(self.worker)
@@ -287,10 +291,18 @@ class FaserEngine:
     # -- record ----------------------------------------------------------------------------------------------
     def _record(self, decision, cut: DraftCut, verifier, width: int, phases, marks: StepMarks,
                 context: int) -> None:
-        """The step's counters now; its costs and telemetry once its marks can be read (``StepClock``)."""
+        """The step's counters now; its costs and telemetry once its marks can be read (``StepClock``); a warm-up
+        step's trace line only (it runs shapes to compile their kernels, its times are the compiles')."""
         controller, bs = self.controller, len(decision.lengths)
         if cut.path is not None:
             self.draft_path = cut.path
+        if decision.warmup:
+            if self.trace is not None:
+                traced, ms = self.trace.decided(decision), self.clock.ms
+                self.clock.when_ready(marks.ended, lambda: self.trace.measured(
+                    traced, controller, verify_ms=ms(marks.verify_began, marks.verify_ended),
+                    step_ms=ms(marks.began, marks.ended)))
+            return
         draft_rows = cut.rows_run(bs)
         controller.record_drafting(draft_rows, cut.skipped, cut=self.draft_path == "cut")
         if verifier is not None:

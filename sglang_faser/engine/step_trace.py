@@ -47,6 +47,7 @@ class StepTrace:
             "lengths": decision.lengths.tolist(),
             "depth": int(decision.depth),
             "calibration": bool(decision.calibration),
+            "warmup": bool(decision.warmup),
             "expected_tokens": round(decision.expected_tokens, 3),
             "expected_ms": round(decision.expected_ms, 3),
         }

@@ -33,6 +33,7 @@ re-check each entry here, then re-scan the wheel for new ``from sgl_kernel impor
 | ``Scheduler.draft_worker`` | the FASER worker the control bridge talks to |
 | ``SamplingParams.verify`` (sampling_params.py:252, tokenizer_manager.py:1567), ``SamplingParams.custom_params`` (:180), ``Req.sampling_params`` | per-request ``{"faser": {...}}`` controls: checked in the HTTP process (400 on a bad value), read by the worker |
 | ``sglang.srt.speculative.eagle_utils.eagle_sample`` (:521; returns ``predict``, ``accept_lens``, ``accept_index``), ``EagleVerifyInput.draft_token`` / ``retrieve_next_token`` / ``draft_token_num`` / ``tree_topk``, ``ScheduleBatch.reqs[i].rid`` | BENCHMARK-ONLY synthetic acceptance (``engine/synthetic_acceptance.py``, only when ``SGLANG_FASER_SYNTHETIC_ACCEPTANCE`` is set) |
+| ``sglang.srt.entrypoints.warmup.warmup`` (registry of ``--warmups`` names, run before the HTTP server serves), ``TokenizerManager.generate_request`` / ``get_internal_state`` (``effective_max_running_requests_per_dp``, ``faser``), ``GenerateReqInput`` | the start-up warm-up (``engine/warmup.py``) |
 | ``sglang.srt.speculative.eagle_utils``: ``_verify_uses_greedy`` (:485), ``tree_speculative_sampling_target_only``, ``top_k_renorm_prob``, ``top_p_renorm_prob`` | on CPU, verify by speculative sampling instead of SGLang's greedy-only path |
 """
 
@@ -906,6 +907,33 @@ def runner_device(runner):
 
 def runner_spec_algorithm(runner):
     return runner.spec_algorithm
+
+
+def register_warmup(name: str, run) -> None:
+    """``run(disaggregation_mode, tokenizer_manager)`` as SGLang's ``--warmups`` entry ``name``."""
+    from sglang.srt.entrypoints.warmup import warmup
+
+    warmup(name)(run)
+
+
+async def serving_limits(tokenizer_manager) -> tuple[int | None, dict | None]:
+    """(the scheduler's max running requests, the FASER report of its first rank, None without FASER)."""
+    state = (await tokenizer_manager.get_internal_state())[0]
+    return state.get("effective_max_running_requests_per_dp"), state.get("faser")
+
+
+async def generate_batch(tokenizer_manager, disaggregation_mode: str, texts: list[str], rids: list[str],
+                         sampling_params: dict) -> None:
+    """One batch of requests through the tokenizer manager, run to their end (outputs dropped)."""
+    from sglang.srt.disaggregation.utils import FAKE_BOOTSTRAP_HOST
+    from sglang.srt.managers.io_struct import GenerateReqInput
+
+    req = GenerateReqInput(text=texts, rid=rids, sampling_params=[dict(sampling_params) for _ in texts])
+    if disaggregation_mode != "null":  # as SGLang's own warm-ups (entrypoints/warmup.py)
+        req.bootstrap_room = [0] * len(texts)
+        req.bootstrap_host = [FAKE_BOOTSTRAP_HOST] * len(texts)
+    async for _ in tokenizer_manager.generate_request(req, None):
+        pass
 
 
 def faser_worker_of(controller):

@@ -18,6 +18,8 @@ a one-off stall), the measured draft, draft-extend and verify times of the other
 (the verify side also gets dummy passes before the first step, engine/profiler.py). After that there is no
 exploration cadence: the acceptance posteriors are optimistic where evidence is thin (spec/acceptance.py), which
 is what moves lengths up, and the online cost samples of every depth the policy picks keep the model current.
+Before it, a batch made only of the start-up warm-up's requests (spec/warmup.py) runs the warm-up's sweep, which
+no statistic, cost sample or counter sees (``warmup_steps`` counts its steps).
 A step decides on the optimistic estimates of one request only (``EXPLORED_PER_STEP``), the posterior means of the
 rest: each request is probed in turn, and the hopes of a whole batch do not add up to a deep step.
 """
@@ -34,6 +36,7 @@ from sglang_faser.spec.acceptance import AcceptanceTracker
 from sglang_faser.spec.config import FaserConfig, Mode
 from sglang_faser.spec.cost_model import DRAFT, VERIFY, StepCostModel
 from sglang_faser.spec.policy import StepPlan, evaluate, make_policy
+from sglang_faser.spec.warmup import is_warmup, sweep_lengths
 
 MAX_PENDING_STEPS = 4  # decided steps awaiting their verify result; the overlap scheduler needs 2
 RESUME_HORIZON = 8  # steps of drafting a request's catch-up is spread over (it pays for those, not one)
@@ -56,6 +59,7 @@ class StepDecision:
     # its held steps skip; sampled, it priced a parked step at batch 1 on CPU 19 % above what held steps cost), a
     # hold's last held step is, every other decided step is
     sampled: bool = True
+    warmup: bool = False  # a step of the start-up warm-up: measured by nothing, observed by nothing
 
 
 @dataclass
@@ -78,6 +82,7 @@ class LengthCounters:
     catch_up_rows: int = 0  # draft rows computed to catch up after either
     backlog_dropped_rows: int = 0  # skipped rows never caught up: their requests ran a mixed prefill-decode step
     unobserved: int = 0  # decided steps dropped unobserved because MAX_PENDING_STEPS were already waiting
+    warmup_steps: int = 0  # steps of the start-up warm-up (spec/warmup.py), counted in nothing above
     length_histogram: list[int] = field(default_factory=list)
     proposed_by_position: list[int] = field(default_factory=list)  # [j]: drafts proposed at position j + 1
     accepted_by_position: list[int] = field(default_factory=list)  # [j]: of those, accepted
@@ -121,7 +126,8 @@ class LengthController:
         self.tracker = AcceptanceTracker(max_len=max(window, 1))
         self.cost = cost or StepCostModel()
         self.counters = LengthCounters()
-        self._pending: deque[tuple[list[str], np.ndarray]] = deque()  # decided steps, oldest first
+        # decided steps, oldest first: (rids, lengths, a warm-up step's)
+        self._pending: deque[tuple[list[str], np.ndarray, bool]] = deque()
         # a batch held at its bounds: (the step's inputs, its decision as held, steps it is held still, steps of
         # the last hold)
         self._held: tuple[tuple, StepDecision, int, int] | None = None
@@ -162,6 +168,8 @@ class LengthController:
         parked step's own cost is a plain decode). A new request, a new policy or a rejected draft (``observe``)
         decides at once. The fixed and off modes hold every decision: their lengths depend on the bounds alone.
         """
+        if is_warmup(rids):
+            return self._warmup_step(rids, caps, padded, mixed=not uniform)
         shape = (list(rids), padded, uniform, *(None if a is None else np.asarray(a).tobytes()
                                                  for a in (caps, floors, critical)))
         kept, hold = self._held, HOLD_RECHECK
@@ -213,13 +221,29 @@ class LengthController:
         # last held step, every time)
         return dataclasses.replace(decision, sampled=False) if holds and not lengths.any() else decision
 
+    def _warmup_step(self, rids: list[str], caps: np.ndarray | None, padded: bool, mixed: bool) -> StepDecision:
+        """The warm-up sweep's next step over every depth the window has (a later policy may allow any of them);
+        ``mixed``: with the steps that park every other request (not on a uniform verify path, where plans never
+        do)."""
+        lengths = sweep_lengths(self.counters.warmup_steps, len(rids), self.window, mixed)
+        if caps is not None:
+            lengths = np.minimum(lengths, np.asarray(caps, dtype=np.int64))
+        self.counters.warmup_steps += 1
+        self._held = None
+        self._queue(rids, lengths, warmup=True)
+        depth = self.window if padded else int(lengths.max(initial=0))
+        return StepDecision(lengths, depth, calibration=False, sampled=False, warmup=True)
+
+    def _queue(self, rids: list[str], lengths: np.ndarray, warmup: bool = False) -> None:
+        if len(self._pending) == MAX_PENDING_STEPS:  # an observe went missing: forget it rather than grow
+            self._pending.popleft()
+            self.counters.unobserved += 1
+        self._pending.append((list(rids), lengths, warmup))
+
     def _enqueue(self, rids: list[str], lengths: np.ndarray) -> None:
         """A decided step: queued for its acceptance (``observe``) and counted."""
         c = self.counters
-        if len(self._pending) == MAX_PENDING_STEPS:  # an observe went missing: forget it rather than grow
-            self._pending.popleft()
-            c.unobserved += 1
-        self._pending.append((list(rids), lengths))
+        self._queue(rids, lengths)
         c.steps += 1
         c.requests += len(rids)
         c.proposed += int(lengths.sum())
@@ -229,8 +253,10 @@ class LengthController:
         """The source rank's lengths for the step just decided: with tensor parallelism every rank runs rank 0's
         decision (the same shapes everywhere), so it replaces this rank's own in the queue and the counters."""
         lengths = np.asarray(lengths, dtype=np.int64)
-        rids, old = self._pending[-1]
-        self._pending[-1] = (rids, lengths)
+        rids, old, warmup = self._pending[-1]
+        self._pending[-1] = (rids, lengths, warmup)
+        if warmup:
+            return dataclasses.replace(decision, lengths=lengths, depth=int(depth))
         c = self.counters
         c.proposed += int(lengths.sum()) - int(old.sum())
         for k in old:
@@ -242,7 +268,9 @@ class LengthController:
         """Accepted draft counts for the oldest decided step not yet observed."""
         if not self._pending:
             return
-        rids, lengths = self._pending.popleft()
+        rids, lengths, warmup = self._pending.popleft()
+        if warmup:
+            return
         if not lengths.any():  # nothing drafted: nothing accepted, one token committed each
             self.tracker.observe(rids, lengths, lengths)
             self.counters.committed += len(rids)

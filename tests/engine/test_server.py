@@ -1,7 +1,9 @@
-"""The launcher serves the embedded default for real: native and OpenAI endpoints, and the README's demo."""
+"""The launcher serves the embedded default for real: native and OpenAI endpoints, the start-up warm-up, and the
+README's demo."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -22,8 +24,13 @@ EAGLE = [
 
 @pytest.fixture(scope="module")
 def server(tiny_suite, tmp_path_factory):
-    log = tmp_path_factory.mktemp("server") / "server.log"
-    with ServerProcess(EAGLE + ["--max-total-tokens", "4096", "--sleep-on-idle"], log_path=log) as proc:
+    """With the start-up warm-up (off by default on CPU) up to batch 4, and a step trace."""
+    folder = tmp_path_factory.mktemp("server")
+    args = EAGLE + ["--max-total-tokens", "4096", "--sleep-on-idle", "--faser-warmup", "on",
+                    "--max-running-requests", "4"]
+    env = {"SGLANG_FASER_STEP_TRACE": str(folder / "steps.jsonl")}
+    with ServerProcess(args, log_path=folder / "server.log", env=env) as proc:
+        proc.trace_path = folder / "steps.jsonl"
         yield proc
 
 
@@ -78,3 +85,19 @@ def test_launcher_runs_the_faser_worker_with_depth_tiers(server):
     log = server.log_path.read_text()
     assert "FASER worker on EAGLEWorkerV2" in log
     assert "depth_tiers=on" in log and "FASER verify path: ragged" in log
+
+
+def test_the_warmup_runs_every_depth_at_every_batch_bucket_before_serving_and_is_counted_apart(server):
+    """Each warm-up batch (2, 3, 4 here) runs every depth with all drafting and with every other request parked
+    (sub-batches, catch-ups); none of its steps is a FASER step in the counters. The outputs served after it are
+    the target's (``test_generate_serves_the_embedded_model_greedily``)."""
+    log = server.log_path.read_text()
+    assert "FASER warm-up: depths 0..3 at batches [2, 3, 4]" in log
+    assert log.index("Warmup ended") < log.index("The server is fired up")
+    warm = [line for line in map(json.loads, server.trace_path.read_text().splitlines()) if line["warmup"]]
+    every = {(0, False)} | {(depth, parked) for depth in (1, 2, 3) for parked in (False, True)}
+    for batch in (2, 3, 4):
+        ran = {(line["depth"], 0 in line["lengths"] and line["depth"] > 0) for line in warm if line["batch"] == batch}
+        assert ran == every, batch
+    counters = requests.get(server.url + "/server_info", timeout=30).json()["internal_states"][0]["faser"]["counters"]
+    assert counters["warmup_steps"] == len(warm)
