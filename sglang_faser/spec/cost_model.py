@@ -34,7 +34,8 @@ A request that drafts again after steps at k_i = 0 first catches its draft up (o
 its skipped rows, ``engine/draft_backlog.py``): a one-off, kept out of the per-step fit and priced by its own
 fit, ``catch_up_coef`` = [fixed ms per catch-up pass, ms per skipped row] (a draft pass costs mostly its fixed
 part: pricing rows at a one-row catch-up's mean would make a request's resumption dearer every step it rests,
-until it never drafts again).
+until it never drafts again); a catch-up far dearer than the others predict for its size, a stall, stays out of
+that fit until another of its size confirms it.
 
 The linear fit is refitted every ``refit_every`` steps (a refit is a few NNLS solves: every 8 steps they were a
 fifth of FASER's host time in a batch-1 step) and cannot follow what it cannot express (a draft phase whose cost
@@ -64,6 +65,7 @@ import numpy as np
 VERIFY, DRAFT = "verify", "draft"
 OUTLIER_FACTOR = 4.0
 CATCH_UP_WINDOW = 64  # catch-up samples the catch-up fit keeps
+CATCH_UP_PENALISED = np.array([False, True])  # [fixed per pass, per row]: the rows ridge-penalised
 RESIDUAL_RATE = 0.25  # weight of the newest step in a (bucket, depth) running mean of log(measured / modelled)
 RESIDUAL_CLIP = 0.4  # how far (in log) one step may pull that mean's sample from it, after the first two
 RESIDUAL_PSEUDO = 1.0  # steps' worth of the bucket's mean a depth's own residual is weighed against
@@ -107,6 +109,23 @@ def _kept(x: np.ndarray, y: np.ndarray, batch: np.ndarray, fallback: np.ndarray)
     for b in np.unique(bucket):
         typical[bucket == b] = np.median(y[bucket == b])
     return y <= OUTLIER_FACTOR * np.maximum(x @ fallback, typical)
+
+
+def _supported(x: np.ndarray, y: np.ndarray, penalised: np.ndarray) -> np.ndarray:
+    """Which samples the others support: at most ``OUTLIER_FACTOR`` x what the ridge fit of all the others predicts
+    for their shape (leave-one-out, from the hat matrix) or x the median sample. Catch-ups are few and a stall
+    among them is the one sample of its size: a fit over all of them passes through it (on an H200 one 116 ms
+    serving-time compile priced every skipped row at 0.9 ms, 450x a draft-extend row, and a request parked for a
+    while then looked too dear to resume for the rest of its life). One sample alone is kept."""
+    if len(y) < 2:
+        return np.ones(len(y), dtype=bool)
+    gram = x.T @ x
+    gram += np.diag(RIDGE * np.diag(gram) * penalised)
+    inverse = np.linalg.pinv(gram)
+    coef = inverse @ x.T @ y
+    leverage = np.einsum("ij,jk,ik->i", x, inverse, x)
+    left_out = y - (y - x @ coef) / np.maximum(1.0 - leverage, 1e-9)  # each one's prediction from the others
+    return y <= OUTLIER_FACTOR * np.maximum(left_out, np.median(y))
 
 
 def batch_bucket(batch) -> np.ndarray:
@@ -336,12 +355,14 @@ class StepCostModel:
 
     def record_catch_up(self, rows: int, ms: float) -> None:
         """A measured catch-up of ``rows`` skipped rows; refits ``catch_up_coef`` (rows ridge-penalised like the
-        per-request step terms, so catch-ups of one size put their cost on the fixed part)."""
+        per-request step terms, so catch-ups of one size put their cost on the fixed part) over the samples the
+        others support (``_supported``)."""
         if rows > 0:
             self._catch_ups.append((rows, float(ms)))
             data = np.array(self._catch_ups)
-            x = np.stack([np.ones(len(data)), data[:, 0]], axis=1)
-            self.catch_up_coef = _fit_nonnegative(x, data[:, 1], self.catch_up_coef, np.array([False, True]))
+            x, y = np.stack([np.ones(len(data)), data[:, 0]], axis=1), data[:, 1]
+            keep = _supported(x, y, CATCH_UP_PENALISED)
+            self.catch_up_coef = _fit_nonnegative(x[keep], y[keep], self.catch_up_coef, CATCH_UP_PENALISED)
 
     def catch_up_ms(self, backlog) -> np.ndarray:
         """What catching up each request's ``backlog`` skipped rows costs it (0 where there is none): its rows,

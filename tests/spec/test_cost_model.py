@@ -170,6 +170,21 @@ def test_a_catch_up_is_priced_as_a_fixed_pass_plus_its_rows():
     assert model.catch_up_coef.tolist() == before.tolist()
 
 
+def test_a_stalled_catch_up_no_other_supports_does_not_price_every_row():
+    """The H200 trace of the third lease: the one long catch-up (64 rows) stalled on a kernel compile; a fit
+    through it priced a row at 0.9 ms and a parked request never resumed. A second long one that costs as much
+    confirms the price of rows."""
+    model = StepCostModel()
+    for rows, ms in [(1, 6.37), (2, 3.15), (64, 116.7), (3, 4.98), (4, 3.94), (14, 2.40), (21, 2.37), (9, 2.86)]:
+        model.record_catch_up(rows, ms)
+    fixed, per_row = model.catch_up_coef
+    assert per_row < 0.1 and model.catch_up_ms([64])[0] < 10.0
+    confirmed = StepCostModel()
+    for rows, ms in [(1, 5.0), (2, 5.0), (64, 30.0), (3, 5.0), (64, 31.0), (4, 5.0)]:
+        confirmed.record_catch_up(rows, ms)
+    assert confirmed.catch_up_ms([64])[0] == pytest.approx(30.5, rel=0.1)
+
+
 
 def test_measured_steps_correct_the_price_of_their_batch_size_and_depth():
     model = StepCostModel(verify_coef=[10.0, 0.0, 0.0, 0.0], draft_coef=[0.0, 0.0, 0.0, 0.0, 0.0])
