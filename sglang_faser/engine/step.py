@@ -51,6 +51,7 @@ from sglang_faser.spec.controller import LengthController, LengthCounters, StepD
 from sglang_faser.spec.cost_model import DRAFT, VERIFY
 from sglang_faser.spec.request_params import parse_or_none
 from sglang_faser.spec.telemetry import TelemetryRecorder, subtract
+from sglang_faser.spec.warmup import is_warmup
 
 logger = logging.getLogger(__name__)
 NO_DRAFTS = DraftCut(DraftSchedule([]), 0)  # a step where nobody drafts (never hooked: it stays as built)
@@ -124,9 +125,9 @@ class FaserEngine:
     def decode(self, batch, on_publish, grammar_barrier, pp_proxy_tensors):
         self.clock.poll()  # earlier steps' GPU times, where the GPU is done with them
         began = self.clock.mark()
-        if self.profile == "pending":
-            self._start_up()
         view, start = sgl.step_batch(batch), sgl.draft_state(batch)  # the draft state the step begins from
+        if self.profile == "pending":
+            self._start_up(view.rids)
         members, context = frozenset(view.rids), int(view.context_lens.sum())
         phases, host_gap = self._host_gap(began, members)
 
@@ -220,9 +221,12 @@ class FaserEngine:
         return began, ended
 
     # -- decide ----------------------------------------------------------------------------------------------
-    def _start_up(self) -> None:
+    def _start_up(self, rids: list) -> None:
         self.verify_path = sgl.verify_layout(self.worker)
-        self.profile = seed_cost_model(self.controller.cost, sgl.target_runner(self.worker), self.window)
+        if is_warmup(rids):  # its steps are the profile: real steps, CUDA graphs and all (spec/controller.py)
+            self.profile = "warm-up steps"
+        else:  # eager passes: the machine's cost on CPU; launch-bound on a GPU (a flat 26 ms a pass on an H200)
+            self.profile = seed_cost_model(self.controller.cost, sgl.target_runner(self.worker), self.window)
         logger.info("FASER verify path: %s", self.verify_path)
         if self.verify_path != "ragged" and self.config.frontier_size:
             logger.warning("FASER: --faser-frontier-size %d needs the ragged verify path; this backend verifies "
@@ -276,11 +280,10 @@ class FaserEngine:
 
         def on_pass(vpass, began: Mark, ended: Mark) -> None:
             members, rows, context = len(vpass.members), vpass.rows, int(context_lens[vpass.members].sum())
-            step = controller.counters.steps
-            if not decision.warmup:
-                clock.when_ready(ended, lambda: controller.record_phase(VERIFY, members, rows,
-                                                                        clock.ms(began, ended), context=context,
-                                                                        step=step))
+            step, warmup = controller.counters.steps, decision.warmup
+            if decision.sampled or not warmup:  # a warm-up shape's first run pays its compiles
+                clock.when_ready(ended, lambda: controller.record_phase(VERIFY, members, rows, clock.ms(began, ended),
+                                                                        context=context, step=step, warmup=warmup))
             phases.append(("verify", began, ended))
 
         target_forward = sgl.target_forward(self.worker)
@@ -292,26 +295,20 @@ class FaserEngine:
     def _record(self, decision, cut: DraftCut, verifier, width: int, phases, marks: StepMarks,
                 context: int) -> None:
         """The step's counters now; its costs and telemetry once its marks can be read (``StepClock``); a warm-up
-        step's trace line only (it runs shapes to compile their kernels, its times are the compiles')."""
+        step's costs only (as the profile prior) and its trace line."""
         controller, bs = self.controller, len(decision.lengths)
         if cut.path is not None:
             self.draft_path = cut.path
-        if decision.warmup:
-            if self.trace is not None:
-                traced, ms = self.trace.decided(decision), self.clock.ms
-                self.clock.when_ready(marks.ended, lambda: self.trace.measured(
-                    traced, controller, verify_ms=ms(marks.verify_began, marks.verify_ended),
-                    step_ms=ms(marks.began, marks.ended)))
-            return
         draft_rows = cut.rows_run(bs)
-        controller.record_drafting(draft_rows, cut.skipped, cut=self.draft_path == "cut")
-        if verifier is not None:
-            stats = verifier.stats
-            controller.record_verification(stats.verified_rows, stats.pruned_rows, stats.offset_passes)
-            if verifier.mismatches:
-                logger.error("FASER step: %d early-verified frontier(s) recomputed", verifier.mismatches)
-        else:  # SGLang's single pass of ``width`` rows a request (or the plain decode's one)
-            controller.record_verification(bs * width, 0, 0)
+        if not decision.warmup:
+            controller.record_drafting(draft_rows, cut.skipped, cut=self.draft_path == "cut")
+            if verifier is not None:
+                stats = verifier.stats
+                controller.record_verification(stats.verified_rows, stats.pruned_rows, stats.offset_passes)
+            else:  # SGLang's single pass of ``width`` rows a request (or the plain decode's one)
+                controller.record_verification(bs * width, 0, 0)
+        if verifier is not None and verifier.mismatches:
+            logger.error("FASER step: %d early-verified frontier(s) recomputed", verifier.mismatches)
         # what pricing needs, without the step's tensors (on a GPU it waits a step or two for the device)
         passes = verifier.pass_marks if verifier is not None else None
         verify_rows = verifier.stats.planned_rows if verifier is not None else bs * width
@@ -319,7 +316,8 @@ class FaserEngine:
         step = controller.counters.steps
         self.clock.when_ready(marks.ended, lambda: self._record_costs(decision, draft_rows, passes, verify_rows, marks,
                                                                       context, traced, step))
-        self.clock.when_ready(marks.ended, lambda: self._end_step(phases, batch_size=bs))
+        if not decision.warmup:
+            self.clock.when_ready(marks.ended, lambda: self._end_step(phases, batch_size=bs))
 
     def _record_costs(self, decision, draft_rows: int, passes, verify_rows: int, marks: StepMarks,
                       context: int, traced: dict | None, step: int) -> None:
@@ -337,13 +335,15 @@ class FaserEngine:
         total_ms = ms(marks.began, marks.ended)
         draft_ms = max(total_ms - verify_ms - catch_up_ms, 0.0) + host_ms
         if decision.sampled:  # one step of each hold, its last held one, stands for the shape (controller.py)
+            warmup = decision.warmup  # a warm-up step's costs are the profile prior
             if single:
-                controller.record_phase(VERIFY, bs, verify_rows, verify_ms, context=context, step=step)
+                controller.record_phase(VERIFY, bs, verify_rows, verify_ms, context=context, step=step, warmup=warmup)
             drafting = int(np.count_nonzero(decision.lengths))
             controller.record_phase(DRAFT, bs, decision.depth, draft_ms, rows=draft_rows, drafting=drafting,
-                                    step=step)
-            controller.record_step(bs, verify_rows, decision.depth, draft_rows, drafting, context,
-                                   verify_ms + draft_ms, step=step)
+                                    step=step, warmup=warmup)
+            if not warmup:
+                controller.record_step(bs, verify_rows, decision.depth, draft_rows, drafting, context,
+                                       verify_ms + draft_ms, step=step)
         if traced is not None:
             self.trace.measured(traced, controller, verify_ms=verify_ms, draft_ms=draft_ms, catch_up_ms=catch_up_ms,
                                 host_ms=host_ms, step_ms=total_ms)

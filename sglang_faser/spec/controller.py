@@ -19,7 +19,10 @@ a one-off stall), the measured draft, draft-extend and verify times of the other
 exploration cadence: the acceptance posteriors are optimistic where evidence is thin (spec/acceptance.py), which
 is what moves lengths up, and the online cost samples of every depth the policy picks keep the model current.
 Before it, a batch made only of the start-up warm-up's requests (spec/warmup.py) runs the warm-up's sweep, which
-no statistic, cost sample or counter sees (``warmup_steps`` counts its steps).
+no acceptance statistic or counter sees (``warmup_steps`` counts its steps). Its steps measure the cost of every
+depth at every batch bucket, each shape's second and later runs (its first pays the compiles): they join the
+cost model's profile prior, fitted when the first real batch is decided; on a GPU they replace the eager start-up
+profile, which is launch-bound there (engine/step.py).
 A step decides on the optimistic estimates of one request only (``EXPLORED_PER_STEP``), the posterior means of the
 rest: each request is probed in turn, and the hopes of a whole batch do not add up to a deep step.
 """
@@ -36,7 +39,7 @@ from sglang_faser.spec.acceptance import AcceptanceTracker
 from sglang_faser.spec.config import FaserConfig, Mode
 from sglang_faser.spec.cost_model import DRAFT, VERIFY, StepCostModel
 from sglang_faser.spec.policy import StepPlan, evaluate, make_policy
-from sglang_faser.spec.warmup import is_warmup, sweep_lengths
+from sglang_faser.spec.warmup import is_warmup, sweep_lengths, sweep_steps
 
 MAX_PENDING_STEPS = 4  # decided steps awaiting their verify result; the overlap scheduler needs 2
 RESUME_HORIZON = 8  # steps of drafting a request's catch-up is spread over (it pays for those, not one)
@@ -132,6 +135,8 @@ class LengthController:
         # the last hold)
         self._held: tuple[tuple, StepDecision, int, int] | None = None
         self.calibration_steps = calibration_sweeps * (window + 1)
+        self._warmed: set[tuple[int, int, bool]] = set()  # (batch, sweep phase, mixed) the warm-up ran
+        self._warm_samples = 0  # warm-up draft samples in the prior since the last fit
         self.explain = True  # price every decision's final plan (the step trace reports what it expected)
         self.apply_config(config)
 
@@ -170,6 +175,9 @@ class LengthController:
         """
         if is_warmup(rids):
             return self._warmup_step(rids, caps, padded, mixed=not uniform)
+        if self._warm_samples:  # the warm-up is over: its costs are the prior the first real steps decide on
+            self.cost.refit()
+            self._warm_samples = 0
         shape = (list(rids), padded, uniform, *(None if a is None else np.asarray(a).tobytes()
                                                  for a in (caps, floors, critical)))
         kept, hold = self._held, HOLD_RECHECK
@@ -225,14 +233,18 @@ class LengthController:
         """The warm-up sweep's next step over every depth the window has (a later policy may allow any of them);
         ``mixed``: with the steps that park every other request (not on a uniform verify path, where plans never
         do)."""
-        lengths = sweep_lengths(self.counters.warmup_steps, len(rids), self.window, mixed)
+        step = self.counters.warmup_steps
+        lengths = sweep_lengths(step, len(rids), self.window, mixed)
         if caps is not None:
             lengths = np.minimum(lengths, np.asarray(caps, dtype=np.int64))
         self.counters.warmup_steps += 1
         self._held = None
         self._queue(rids, lengths, warmup=True)
         depth = self.window if padded else int(lengths.max(initial=0))
-        return StepDecision(lengths, depth, calibration=False, sampled=False, warmup=True)
+        shape = (len(rids), step % sweep_steps(self.window, mixed), mixed)
+        sampled = shape in self._warmed  # its first run paid the compiles
+        self._warmed.add(shape)
+        return StepDecision(lengths, depth, calibration=False, sampled=sampled, warmup=True)
 
     def _queue(self, rids: list[str], lengths: np.ndarray, warmup: bool = False) -> None:
         if len(self._pending) == MAX_PENDING_STEPS:  # an observe went missing: forget it rather than grow
@@ -300,10 +312,16 @@ class LengthController:
         return self.counters.steps < self.calibration_steps
 
     def record_phase(self, phase: str, batch: int, size: int, ms: float, rows: int | None = None,
-                     drafting: int | None = None, context: int = 0, step: int | None = None) -> None:
+                     drafting: int | None = None, context: int = 0, step: int | None = None,
+                     warmup: bool = False) -> None:
         """A measured phase time (``rows``: draft rows computed; ``drafting``: requests with k_i > 0; ``context``:
-        context tokens a verify pass read); during the start-up sweep it joins the cost model's profile prior.
-        ``step``: the count of the step it measured (default: the last decided; on a GPU times arrive steps later)."""
+        context tokens a verify pass read); during the start-up sweep, and from the warm-up (``warmup``), it joins
+        the cost model's profile prior. ``step``: the count of the step it measured (default: the last decided; on
+        a GPU times arrive steps later)."""
+        if warmup:
+            self.cost.add_profile_sample(phase, batch, size, ms, rows, drafting, context)
+            self._warm_samples += phase == DRAFT
+            return
         step = self.counters.steps if step is None else step
         if step <= self.calibration_steps:
             if step > self.window + 1:  # the first sweep only warms each depth's runtime state up

@@ -11,7 +11,8 @@ ragged (the only one on which the policy parks some requests of a batch and draf
 request parked: the sub-batch and catch-up paths of such steps.
 
 Warm-up requests are known by their rid (``RID_PREFIX``); the controller gives a batch made only of them the
-sweep's lengths and keeps them out of the acceptance statistics, the cost model and the counters.
+sweep's lengths and keeps them out of the acceptance statistics and the counters. Their steps' measured costs,
+each shape's second and later runs, are the cost model's profile prior (controller.py).
 """
 
 from __future__ import annotations

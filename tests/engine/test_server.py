@@ -89,8 +89,8 @@ def test_launcher_runs_the_faser_worker_with_depth_tiers(server):
 
 def test_the_warmup_runs_every_depth_at_every_batch_bucket_before_serving_and_is_counted_apart(server):
     """Each warm-up batch (2, 3, 4 here) runs every depth with all drafting and with every other request parked
-    (sub-batches, catch-ups); none of its steps is a FASER step in the counters. The outputs served after it are
-    the target's (``test_generate_serves_the_embedded_model_greedily``)."""
+    (sub-batches, catch-ups); none of its steps is a FASER step in the counters, and its costs are the profile
+    prior. The outputs served after it are the target's (``test_generate_serves_the_embedded_model_greedily``)."""
     log = server.log_path.read_text()
     assert "FASER warm-up: depths 0..3 at batches [2, 3, 4]" in log
     assert log.index("Warmup ended") < log.index("The server is fired up")
@@ -99,5 +99,6 @@ def test_the_warmup_runs_every_depth_at_every_batch_bucket_before_serving_and_is
     for batch in (2, 3, 4):
         ran = {(line["depth"], 0 in line["lengths"] and line["depth"] > 0) for line in warm if line["batch"] == batch}
         assert ran == every, batch
-    counters = requests.get(server.url + "/server_info", timeout=30).json()["internal_states"][0]["faser"]["counters"]
-    assert counters["warmup_steps"] == len(warm)
+    faser = requests.get(server.url + "/server_info", timeout=30).json()["internal_states"][0]["faser"]
+    assert faser["counters"]["warmup_steps"] == len(warm)
+    assert faser["profile"] == "warm-up steps"  # its steps were the cost model's prior, not eager dummy passes

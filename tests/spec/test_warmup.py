@@ -7,6 +7,7 @@ import pytest
 
 from sglang_faser.spec.config import FaserConfig
 from sglang_faser.spec.controller import LengthController
+from sglang_faser.spec.cost_model import DRAFT, VERIFY
 from sglang_faser.spec.warmup import RID_PREFIX, batch_sizes, new_tokens, sweep_lengths, sweep_steps
 
 
@@ -59,7 +60,7 @@ def test_warmup_steps_touch_no_statistic_no_counter_and_keep_the_observe_queue_a
     for _ in range(sweep_steps(3)):
         controller.observe(warm[-1].lengths)  # warm-up drafts all accepted: seen by no statistic
         warm.append(controller.decide(_warm(4)))
-    assert all(d.warmup and not d.sampled and not d.calibration for d in warm)
+    assert all(d.warmup and not d.calibration for d in warm)
     assert {int(d.depth) for d in warm} == {0, 1, 2, 3}
     c = controller.counters
     assert (c.steps, c.warmup_steps, c.proposed, c.accepted, c.committed) == (2, len(warm), 1, 1, 3)
@@ -84,3 +85,23 @@ def test_warmup_lengths_respect_caps_and_the_source_ranks_lengths_replace_them_u
     replaced = controller.replace_last(decision, np.array([2, 2]), 2)
     assert replaced.warmup and replaced.lengths.tolist() == [2, 2] and replaced.depth == 2
     assert controller.counters.proposed == 0 and controller.counters.length_histogram == []
+
+
+def test_each_warmup_shape_from_its_second_run_on_is_a_prior_sample_fitted_before_the_first_real_step():
+    controller = LengthController(FaserConfig(), window=2)
+    runs = []
+    for _ in range(2 * sweep_steps(2)):
+        runs.append(controller.decide(_warm(3)))
+        controller.observe(runs[-1].lengths)
+    assert [d.sampled for d in runs] == [False] * sweep_steps(2) + [True] * sweep_steps(2)
+    for d in runs[sweep_steps(2):]:  # as the engine records a sampled warm-up step
+        rows = 3 * (d.depth + 1)
+        controller.record_phase(VERIFY, 3, rows, 4.0 + 0.5 * rows, context=300, warmup=True)
+        controller.record_phase(DRAFT, 3, d.depth, 1.0 + 0.8 * d.depth, rows=3 * max(d.depth - 1, 0),
+                                drafting=int((d.lengths > 0).sum()), warmup=True)
+    cost = controller.cost
+    assert len(cost.samples(VERIFY, online=False)[1]) == sweep_steps(2)
+    assert len(cost.samples(VERIFY)[1]) == 0  # none online
+    before = cost.verify_ms(3, 9, 300)
+    controller.decide(["a"])  # the warm-up is over: the prior is fitted
+    assert cost.verify_ms(3, 9, 300) == pytest.approx(4.0 + 0.5 * 9, rel=0.05) != before
