@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import sys
 import time
 from pathlib import Path
@@ -37,6 +38,9 @@ from benchmarks.serve.configs import EXTRA, QUICK, configurations  # noqa: E402
 from benchmarks.serve.driver import drive  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
+# SGLang's Triton watch (srt/utils/triton_load_watch.py), from SGLANG_TRITON_SLOW_COMPILE_THRESHOLD_SECS (1 s unless
+# set; scripts/gpu_bringup/remote.sh sets 0.02): each kernel compiled while the server was serving stalled its steps
+SERVING_COMPILE = re.compile(r"Triton kernel '([^']+)' took ([0-9.]+) s to compile after serving started")
 
 
 def server_flags(flags: list[str], args) -> list[str]:
@@ -53,7 +57,7 @@ def run_config(name: str, flags: list[str], args, workloads: dict, progress) -> 
     """Start one server, drive every (arrivals, rate) workload against it: ``{arrivals: {rate: row}}``."""
     from sglang_faser.server_process import ServerProcess
 
-    log = args.out_dir / "logs" / f"serve_bench_{args.tag}_{name}.log"
+    log = log_path(args, name)
     log.parent.mkdir(parents=True, exist_ok=True)
     server = ServerProcess(server_flags(flags, args), log_path=log)
     rows: dict = {}
@@ -72,6 +76,22 @@ def run_config(name: str, flags: list[str], args, workloads: dict, progress) -> 
     finally:
         server.stop()
     return rows
+
+
+def log_path(args, name: str) -> Path:
+    return args.out_dir / "logs" / f"serve_bench_{args.tag}_{name}.log"
+
+
+def serving_compiles(args, names) -> dict:
+    """{config: {"count", "seconds"}}: Triton compiles after the server was up, from each configuration's last
+    server log (none on CPU, where nothing compiles)."""
+    found = {}
+    for name in names:
+        log = log_path(args, name)
+        if log.exists():
+            times = [float(m.group(2)) for m in SERVING_COMPILE.finditer(log.read_text(errors="replace"))]
+            found[name] = {"count": len(times), "seconds": round(sum(times), 2)}
+    return found
 
 
 def build_workloads(args, n: int, max_new: int, rates: list[float]) -> dict:
@@ -204,6 +224,7 @@ def write_results(args, workloads, runs, failed_configs, began, final):
             "algorithm": args.algorithm, "window": args.window, "model": args.model_path or "embedded default",
             "server_args": args.server_arg, "synthetic_acceptance": args.synthetic, "failed_configs": failed_configs,
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset"),  # the servers inherit it
+            "serving_time_compiles": serving_compiles(args, sorted({name for _, name, _ in runs})),
             "minutes": round((time.time() - began) / 60, 1), "complete": final}
     args.out_dir.mkdir(parents=True, exist_ok=True)
     stem = args.out_dir / f"serve_bench_{args.tag}"

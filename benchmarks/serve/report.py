@@ -24,6 +24,11 @@ def markdown(results: dict, meta: dict) -> str:
     failed = meta.get("failed_configs") or {}
     lines = [title, "", f"`{json.dumps({k: v for k, v in meta.items() if k != 'failed_configs'})}`", ""]
     lines += [f"**{name}: the server failed, no rows** ({reason.splitlines()[0][:200]})" for name, reason in failed.items()]
+    compiles = {name: c for name, c in (meta.get("serving_time_compiles") or {}).items() if c["count"]}
+    if compiles:
+        found = ", ".join(f"{name} {c['count']} ({c['seconds']:.2f} s)" for name, c in compiles.items())
+        lines += [f"Triton compiles after the server was up (each configuration's last server; they stall its "
+                  f"steps): {found}", ""]
     lines += regret(results)
     for arrivals, table in results.items():
         for rate in sorted({r for runs in table.values() for r in runs}, key=rate_order):

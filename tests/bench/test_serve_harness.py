@@ -141,6 +141,26 @@ def test_report_orders_rates_numerically_and_labels_synthetic_runs(tmp_path):
     assert (tmp_path / "p.png").stat().st_size > 10_000
 
 
+def test_serving_time_compiles_are_counted_from_each_servers_log_and_reported(tmp_path):
+    from types import SimpleNamespace
+
+    from benchmarks import serve_bench
+    from benchmarks.serve import report
+
+    args = SimpleNamespace(out_dir=tmp_path, tag="t")
+    (tmp_path / "logs").mkdir()
+    warn = "[2026-11-26 13:04:10] Triton kernel '{}' took {} s to compile after serving started. Serving-time ..."
+    lines = [warn.format("_fwd_kernel", "1.20"), "Decode batch ...", warn.format("assign_draft_cache_locs", "0.07")]
+    serve_bench.log_path(args, "faser").write_text("\n".join(lines))
+    serve_bench.log_path(args, "no-spec").write_text("Decode batch ...\n")
+    compiles = serve_bench.serving_compiles(args, ["faser", "no-spec", "fixed-3"])  # fixed-3: no log
+    assert compiles == {"faser": {"count": 2, "seconds": 1.27}, "no-spec": {"count": 0, "seconds": 0.0}}
+    row = metrics.summarise([Result("chat", True, ttft=0.1, e2e=1.0, output_tokens=4, accept_length=2.0)], 2.0)
+    text = report.markdown({"poisson": {"faser": {"2.0": row}}}, {"serving_time_compiles": compiles})
+    assert "Triton compiles after the server was up (each configuration's last server" in text
+    assert "faser 2 (1.27 s)" in text and "no-spec 0" not in text
+
+
 def test_lossless_check_counts_outputs_equal_to_no_spec_and_drops_the_texts():
     def row(*texts):
         return metrics.summarise([Result("chat", True, output_tokens=2, text=t) for t in texts], 1.0)
