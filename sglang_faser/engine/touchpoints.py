@@ -736,12 +736,15 @@ def verify_layout(worker) -> str:
 
     intel_amx honours the layout through :func:`teach_intel_amx_ragged_verify`. fa3, trtllm_mha and flashinfer
     read ``RaggedVerifyLayout`` in SGLang 0.5.23 (DSpark's path) but FASER's use of them has not been checked on a
-    GPU yet, so they run it only with ``SGLANG_FASER_GPU_RAGGED=1``."""
+    GPU yet, so they run it only with ``SGLANG_FASER_GPU_RAGGED=1``. ``SGLANG_FASER_VERIFY_LAYOUT=uniform`` runs
+    the single pass whatever the backend: the path a GPU serves on (triton attention), tested on CPU with it."""
     import os
 
     backend = type(getattr(worker.target_worker.model_runner, "attn_backend", None)).__name__
     if worker.topk != 1:
         return "stock-tree"
+    if os.environ.get("SGLANG_FASER_VERIFY_LAYOUT") == "uniform":
+        return "uniform"
     if backend in RAGGED_BACKENDS:
         return "ragged"
     if backend in RAGGED_BACKENDS_UNVERIFIED and os.environ.get("SGLANG_FASER_GPU_RAGGED") == "1":

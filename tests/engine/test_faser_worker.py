@@ -102,3 +102,34 @@ def test_sure_and_hopeless_requests_get_different_lengths_in_one_batch(tiny_suit
     assert hopeless_meta["spec_num_correct_drafts"] == 0
     assert mean_length(outs[0]) > mean_length(outs[1])
     assert outs[1]["meta_info"]["spec_cap_lens_histogram"][0] > 0  # the hopeless request was given length 0
+
+
+def test_the_uniform_verify_path_is_lossless_for_parked_and_drafting_requests(tiny_suite, tokenizer, engine_pool,
+                                                                               hf_greedy, monkeypatch):
+    """SGLang's single verify pass with chains cut per request, the path a GPU serves on (triton attention), forced
+    on CPU: requests capped at 0, 1 and 3 drafts in one batch (sub-batch drafts and draft-extends beside parked
+    rows), then the cycle pair's sure and hopeless requests (whole-batch parks and catch-ups) keep HF's greedy
+    output."""
+    monkeypatch.setenv("SGLANG_FASER_VERIFY_LAYOUT", "uniform")  # read by the engine's scheduler at its start
+    engine = engine_pool.get("faser-uniform", faser=FaserConfig(), **_spec(tiny_suite, "EAGLE"))
+    caps = [0, 1, 3, None]
+    input_ids = [tokenizer(p).input_ids for p in PROMPTS[:4]]
+    params = [{**GREEDY, **({} if cap is None else {"custom_params": {"faser": {"max_len": cap}}})} for cap in caps]
+    outs = engine.generate(input_ids=input_ids, sampling_params=params)
+    faser = engine.get_server_info()["internal_states"][0]["faser"]
+    assert faser["verify_path"] == "uniform"
+    for ids, out, cap in zip(input_ids, outs, caps):
+        assert out["output_ids"] == hf_greedy(tiny_suite.target, ids, MAX_NEW)
+        histogram = out["meta_info"]["spec_cap_lens_histogram"]
+        if cap is not None:
+            assert sum(histogram[cap + 1:]) == 0, (cap, histogram)
+    assert outs[0]["meta_info"]["spec_cap_lens_histogram"][0] > 0
+    cycles = engine_pool.get("faser-uniform-cycles", faser=FaserConfig(), model_path=str(tiny_suite.cycle_target),
+                             speculative_algorithm="STANDALONE",
+                             speculative_draft_model_path=str(tiny_suite.cycle_draft), speculative_eagle_topk=1,
+                             speculative_num_steps=3, speculative_num_draft_tokens=4)
+    sure, hopeless = [0, 10], [0, 300]
+    outs = cycles.generate(input_ids=[sure, hopeless], sampling_params={**GREEDY, "max_new_tokens": 48})
+    assert cycles.get_server_info()["internal_states"][0]["faser"]["verify_path"] == "uniform"
+    for ids, out in zip([sure, hopeless], outs):
+        assert out["output_ids"] == hf_greedy(tiny_suite.cycle_target, ids, 48)
