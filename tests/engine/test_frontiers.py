@@ -204,3 +204,14 @@ def test_sampled_output_keeps_the_full_next_token_distribution_when_nobody_draft
     after = _faser_counters(engine)
     assert chi2 < 26.0, (chi2, observed, expected)  # 7 dof: p < 0.0005 by chance
     assert after["plain_decodes"] > before["plain_decodes"] and after["proposed"] == before["proposed"]
+
+
+def test_sampled_output_keeps_the_full_next_token_distribution_on_the_uniform_verify_path(tiny_suite, tokenizer,
+                                                                                           engine_pool, monkeypatch):
+    """SGLang's single verify pass with chains cut per request (the path a GPU serves on), forced on CPU."""
+    monkeypatch.setenv("SGLANG_FASER_VERIFY_LAYOUT", "uniform")  # read by the engine's scheduler at its start
+    engine = engine_pool.get("sampled-EAGLE-uniform", faser=FaserConfig(min_len=1), **_pair(tiny_suite, "EAGLE"))
+    chi2, observed, expected, outs = _chi_square_of_sampled_output(tiny_suite, tokenizer, engine)
+    assert engine.get_server_info()["internal_states"][0]["faser"]["verify_path"] == "uniform"
+    assert chi2 < 26.0, (chi2, observed, expected)  # 7 dof: p < 0.0005 by chance
+    assert sum(out["meta_info"]["spec_num_correct_drafts"] for out in outs) > 0  # drafts were accepted too
