@@ -62,7 +62,7 @@ class StepDecision:
     # its held steps skip; sampled, it priced a parked step at batch 1 on CPU 19 % above what held steps cost), a
     # hold's last held step is, every other decided step is
     sampled: bool = True
-    warmup: bool = False  # a step of the start-up warm-up: measured by nothing, observed by nothing
+    warmup: bool = False  # a step of the start-up warm-up: no statistic observes it; sampled, its costs are prior
 
 
 @dataclass
