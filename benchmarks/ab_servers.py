@@ -13,7 +13,8 @@ and writes ``benchmarks/results/ab_{tag}.{json,md}``.
 Workloads: ``mixed-c4`` / ``mixed-c32``: the serving benchmark's mixed prompts (code and random text, embedded
 default pair, EAGLE, window 7), 4 / 32 requests in flight; ``mixed-r16``: the same prompts arriving as a Poisson
 process of 16 requests/s (the regret table's cell); ``batch1-sure`` / ``batch1-doomed``: one request at a time on
-the tiny cycle pair (STANDALONE, window 5) whose drafts always / never pass.
+the tiny cycle pair (STANDALONE, window 5) whose drafts always / never pass; ``deep1-sure`` / ``deep1-doomed``: the
+same on the deep cycle pair (a 12-layer target, a 1-layer draft: a draft step costs a fraction of a target step).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from sglang_faser.models.tiny import CYCLE_SPLIT, ensure_tiny_suite  # noqa: E40
 from sglang_faser.server_process import ServerProcess  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
-WORKLOADS = ("mixed-c4", "mixed-c32", "mixed-r16", "batch1-sure", "batch1-doomed")
+WORKLOADS = ("mixed-c4", "mixed-c32", "mixed-r16", "batch1-sure", "batch1-doomed", "deep1-sure", "deep1-doomed")
 
 
 def flags_for(workload: str, config: str) -> list[str]:
@@ -50,7 +51,7 @@ def flags_for(workload: str, config: str) -> list[str]:
         flags = serve_configs.configurations("EAGLE", window=7)[config] + ["--max-total-tokens", "16384"]
     else:
         flags = serve_configs.configurations("STANDALONE", window=WINDOW, fixed=(1, 3, 5), adaptive=False)[config]
-        flags = cycle_flags(flags, ensure_tiny_suite(), 1)
+        flags = cycle_flags(flags, ensure_tiny_suite(), 1, "deep" if workload.startswith("deep") else "cycle")
     return flags + ["--faser-control", "off", "--sleep-on-idle"]
 
 
@@ -73,7 +74,7 @@ def runner(workload: str, args):
             results, wall = drive(url, requests, None, max_concurrency=concurrency)
             return sum(r.output_tokens for r in results), wall
         return run
-    prompt = [0, 3] if workload == "batch1-sure" else [0, CYCLE_SPLIT + 1]
+    prompt = [0, 3] if workload.endswith("-sure") else [0, CYCLE_SPLIT + 1]
 
     def run(url: str) -> tuple[int, float]:
         began, tokens = time.perf_counter(), 0
@@ -93,7 +94,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, help="default 64 mixed, 256 at batch 1")
     parser.add_argument("--tag", help="results file suffix (default: the workload)")
     args = parser.parse_args()
-    batch1 = args.workload.startswith("batch1")
+    batch1 = not args.workload.startswith("mixed")
     args.requests = args.requests or (4 if batch1 else 48)
     args.max_new_tokens = args.max_new_tokens or (256 if batch1 else 64)
     tree = Path(tempfile.mkdtemp(prefix="faser-ab-")) / "base"

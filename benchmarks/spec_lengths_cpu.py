@@ -47,6 +47,8 @@ RESULTS = Path(__file__).parent / "results"
 
 
 WINDOW = 5  # FASER's window here, so its max-len
+PAIR_TITLES = {"cycle": "tiny cycle pair, 2-layer target and draft",
+               "deep": "deep cycle pair, 12-layer target, 1-layer draft"}
 
 
 def configurations() -> dict[str, list[str]]:
@@ -78,10 +80,18 @@ def run_one(url: str, input_ids: list[int], max_new_tokens: int) -> dict:
     }
 
 
-def server_flags(flags: list[str], suite, concurrency: int) -> list[str]:
-    extra = ["--speculative-draft-model-path", str(suite.cycle_draft)] if flags else []
+def pair_paths(suite, pair: str) -> tuple[Path, Path]:
+    """(target, draft) of a cycle pair: ``cycle`` (2 layers each), ``deep`` (12-layer target, 1-layer draft)."""
+    if pair == "deep":
+        return suite.deep_cycle_target, suite.small_cycle_draft
+    return suite.cycle_target, suite.cycle_draft
+
+
+def server_flags(flags: list[str], suite, concurrency: int, pair: str = "cycle") -> list[str]:
+    target, draft = pair_paths(suite, pair)
+    extra = ["--speculative-draft-model-path", str(draft)] if flags else []
     return flags + extra + [
-        "--model-path", str(suite.cycle_target),
+        "--model-path", str(target),
         "--dtype", "float32",
         "--max-total-tokens", "8192",
         "--max-running-requests", str(concurrency),
@@ -167,7 +177,7 @@ def batch_one(suite, args) -> None:
     configs = configurations()
     kinds = {"sure": [0, 3], "doomed": [0, CYCLE_SPLIT + 1]}
     runs = {kind: {name: [] for name in configs} for kind in kinds}
-    servers = {name: ServerProcess(server_flags(flags, suite, 1) + ["--sleep-on-idle"],
+    servers = {name: ServerProcess(server_flags(flags, suite, 1, args.pair) + ["--sleep-on-idle"],
                                    log_path=Path(tempfile.gettempdir()) / f"faser-bench1-{name}.log")
                for name, flags in configs.items()}
     try:
@@ -185,9 +195,9 @@ def batch_one(suite, args) -> None:
     finally:
         for server in servers.values():
             server.stop()
-    meta = {"repeats": args.repeats, "max_new_tokens": args.max_new_tokens,
+    meta = {"pair": args.pair, "repeats": args.repeats, "max_new_tokens": args.max_new_tokens,
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset")}  # the servers inherit it
-    table, lines = {}, [f"# Batch 1 on CPU: one request at a time (tiny cycle pair, window {WINDOW})", "",
+    table, lines = {}, [f"# Batch 1 on CPU: one request at a time ({PAIR_TITLES[args.pair]}, window {WINDOW})", "",
                         f"{json.dumps(meta)}", ""]
     for kind in kinds:
         rows = {}
@@ -218,9 +228,10 @@ def batch_one(suite, args) -> None:
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
     record = {"args": vars(args), "meta": meta, "kinds": table}
-    (RESULTS / "spec_lengths_cpu_batch1.json").write_text(json.dumps(record, indent=1) + "\n")
-    (RESULTS / "spec_lengths_cpu_batch1.md").write_text(text)
-    plot_batch_one(table, RESULTS / "spec_lengths_cpu_batch1.png")
+    stem = "spec_lengths_cpu_batch1" + ("" if args.pair == "cycle" else f"-{args.pair}")
+    (RESULTS / f"{stem}.json").write_text(json.dumps(record, indent=1) + "\n")
+    (RESULTS / f"{stem}.md").write_text(text)
+    plot_batch_one(table, RESULTS / f"{stem}.png")
 
 
 def plot_batch_one(table: dict, path: Path) -> None:
@@ -254,6 +265,9 @@ def main() -> None:
                         "mostly its prefill and a few hundred milliseconds of this shared machine's noise)")
     parser.add_argument("--batch-one", action="store_true", help="one request at a time, sure and doomed apart")
     parser.add_argument("--repeats", type=int, default=3, help="with --batch-one: alternating repeats")
+    parser.add_argument("--pair", choices=sorted(PAIR_TITLES), default="cycle",
+                        help="cycle: a draft step costs a target step, so on CPU no speculation wins even where "
+                        "every draft passes; deep: a draft step costs a fraction of a target step, as in serving")
     args = parser.parse_args()
     if args.max_new_tokens is None:
         args.max_new_tokens = 256 if args.batch_one else 64

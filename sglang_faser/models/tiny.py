@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-SUITE_VERSION = "tiny-v2"
+SUITE_VERSION = "tiny-v3"
 VOCAB_SIZE = 512
 CHAT_TEMPLATE = (
     "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
@@ -60,6 +60,16 @@ class TinySuite:
     @property
     def cycle_draft(self) -> Path:
         return self.root / "tiny-llama-cycles-draft"
+
+    @property
+    def deep_cycle_target(self) -> Path:
+        """The cycle target with DEEP_CYCLE_LAYERS layers: a target step costs several draft steps, as in serving."""
+        return self.root / "tiny-llama-cycles-deep"
+
+    @property
+    def small_cycle_draft(self) -> Path:
+        """The cycle draft with one layer, the deep target's draft."""
+        return self.root / "tiny-llama-cycles-draft-1l"
 
     def complete(self) -> bool:
         return (self.root / "DONE").exists()
@@ -186,7 +196,8 @@ def _write_eagle_head(target_dir: Path, out: Path) -> None:
 def _build_suite(suite: TinySuite) -> None:
     import torch
 
-    dirs = [suite.target, suite.eagle, suite.standalone, suite.context_free, suite.cycle_target, suite.cycle_draft]
+    dirs = [suite.target, suite.eagle, suite.standalone, suite.context_free, suite.cycle_target, suite.cycle_draft,
+            suite.deep_cycle_target, suite.small_cycle_draft]
     for d in dirs:
         d.mkdir(parents=True)
     _build_tokenizer(dirs)
@@ -206,6 +217,7 @@ def _build_suite(suite: TinySuite) -> None:
 
 
 CYCLE_SPLIT = 258  # tokens [3, 258) form cycle A, [258, VOCAB_SIZE) cycle B
+DEEP_CYCLE_LAYERS = 12
 
 
 def cycle_successor(token: int, shift: int = 1) -> int:
@@ -221,20 +233,28 @@ def _write_cycle_pair(suite: TinySuite) -> None:
     row of token y is the normalised embedding of its cycle predecessor, so argmax picks y = successor(x)
     (random 64-d embeddings are far from parallel). The draft's head walks cycle B two steps at a time, so on
     cycle A every draft is accepted and on cycle B every draft is rejected: one batch, sure and hopeless requests.
+    The layers compute (and cost) what any layer does but add nothing, so the same maps come at any depth: the
+    2-layer pair (a draft step costs a target step) and the deep pair (a DEEP_CYCLE_LAYERS-layer target, a 1-layer
+    draft), whose drafts are cheap beside the target as in serving, so that speculation can pay at batch 1.
     """
     import torch
 
-    model = _random_llama(num_layers=2, seed=4)
-    with torch.no_grad():
-        for layer in model.model.layers:
-            layer.self_attn.o_proj.weight.zero_()
-            layer.mlp.down_proj.weight.zero_()
-        embed = model.model.embed_tokens.weight
-        unit = embed / embed.norm(dim=1, keepdim=True)
-        for directory, shift_b in ((suite.cycle_target, 1), (suite.cycle_draft, 2)):
+    embed = None
+    models = ((suite.cycle_target, 2, 1), (suite.cycle_draft, 2, 2),
+              (suite.deep_cycle_target, DEEP_CYCLE_LAYERS, 1), (suite.small_cycle_draft, 1, 2))
+    for directory, num_layers, shift_b in models:
+        model = _random_llama(num_layers=num_layers, seed=4)
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.o_proj.weight.zero_()
+                layer.mlp.down_proj.weight.zero_()
+            if embed is None:
+                embed = model.model.embed_tokens.weight.clone()
+            model.model.embed_tokens.weight.copy_(embed)
+            unit = embed / embed.norm(dim=1, keepdim=True)
             head = torch.zeros_like(unit)  # special tokens are never predicted
             for x in range(3, VOCAB_SIZE):
                 head[cycle_successor(x, 1 if x < CYCLE_SPLIT else shift_b)] = unit[x]
             model.lm_head.weight.copy_(head * 20.0)
-            directory.mkdir(parents=True, exist_ok=True)
-            model.save_pretrained(directory, safe_serialization=True)
+        directory.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(directory, safe_serialization=True)

@@ -34,6 +34,9 @@ def test_flags_follow_the_workload_and_the_configuration():
     assert doomed[doomed.index("--faser-mode") + 1] == "off"
     plain = ab_servers.flags_for("batch1-sure", "no-spec")
     assert plain[:2] == ["--model-path", doomed[doomed.index("--model-path") + 1]]
+    deep = ab_servers.flags_for("deep1-doomed", "faser")
+    assert Path(deep[deep.index("--model-path") + 1]).name == "tiny-llama-cycles-deep"
+    assert Path(deep[deep.index("--speculative-draft-model-path") + 1]).name == "tiny-llama-cycles-draft-1l"
     mixed = ab_servers.flags_for("mixed-c4", "faser")
     assert "EAGLE" in mixed and mixed[mixed.index("--speculative-num-steps") + 1] == "7"
     assert "--sleep-on-idle" in mixed  # every server is up at once: idle ones must not poll
