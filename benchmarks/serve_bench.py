@@ -135,9 +135,11 @@ def parse_args(argv):
                         "code lines), half not (random letters), so acceptance differs per request in one stream")
     parser.add_argument("--algorithm", default="EAGLE", choices=["EAGLE", "EAGLE3", "STANDALONE"])
     parser.add_argument("--window", type=int, default=7, help="FASER's and SGLang-adaptive's largest length")
-    parser.add_argument("--model", choices=["embedded", "smollm2"], default="embedded",
+    parser.add_argument("--model", choices=["embedded", "smollm2", "deep-cycles"], default="embedded",
                         help="embedded: the small pair in the repository; smollm2: SmolLM2-135M-Instruct with its "
-                        "trained drafts (installed on first use), prompts in its chat template")
+                        "trained drafts (installed on first use), prompts in its chat template; deep-cycles: the deep "
+                        "cycle pair (12-layer target, 1-layer STANDALONE draft, generated), whose drafts pass always "
+                        "or never by the prompt's last token (--prompts cycles)")
     parser.add_argument("--model-path", help="any other target (overrides --model)")
     parser.add_argument("--draft-model-path")
     parser.add_argument("--max-total-tokens", type=int, default=16384)
@@ -154,9 +156,16 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     prompt_tag = "" if args.prompts == "standard" else f"-{args.prompts}"
     args.tag = args.tag or ("quick" if args.quick else "full") + prompt_tag + (
-        "-smollm2" if args.model == "smollm2" and not args.model_path else "")
+        f"-{args.model}" if args.model != "embedded" and not args.model_path else "")
     if args.model == "smollm2" and not args.model_path:
         args.model_path = "smollm2"  # the launcher resolves the alias and adds the matching draft
+    if args.model == "deep-cycles" and not args.model_path:
+        from sglang_faser.models.tiny import ensure_tiny_suite
+
+        suite = ensure_tiny_suite()
+        args.model_path, args.draft_model_path = str(suite.deep_cycle_target), str(suite.small_cycle_draft)
+        args.algorithm = "STANDALONE"  # a separate draft model, not an EAGLE head
+        args.server_arg = ["--dtype", "float32", *args.server_arg]  # greedy outputs compared token for token
     if args.burstiness is not None:
         if args.burstiness <= 0:
             parser.error("--burstiness must be > 0")

@@ -101,7 +101,7 @@ def server_flags(flags: list[str], suite, concurrency: int, pair: str = "cycle")
 def measure(name: str, flags: list[str], suite, args) -> dict:
     log = Path(tempfile.gettempdir()) / f"faser-bench-{name}.log"
     prompts = workload(args.requests)
-    with ServerProcess(server_flags(flags, suite, args.concurrency), log_path=log) as server:
+    with ServerProcess(server_flags(flags, suite, args.concurrency, args.pair), log_path=log) as server:
         run_one(server.url, prompts[0], 8)  # warm-up
         start = time.perf_counter()
         with ThreadPoolExecutor(args.concurrency) as pool:
@@ -153,7 +153,7 @@ def report(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def plot(results: list[dict], path: Path) -> None:
+def plot(results: list[dict], path: Path, pair: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -167,7 +167,7 @@ def plot(results: list[dict], path: Path) -> None:
     ax2.set_ylabel("p99 request latency (s)")
     for ax in (ax1, ax2):
         ax.tick_params(axis="x", rotation=30)
-    fig.suptitle("CPU, tiny cycle pair (half sure, half doomed drafts)")
+    fig.suptitle(f"CPU, {PAIR_TITLES[pair]} (half sure, half doomed drafts)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
@@ -288,14 +288,15 @@ def main() -> None:
     meta = {"machine": platform.machine(), "cpus": __import__("os").cpu_count(), "args": vars(args)}
     for r in results:
         r.pop("outputs")
-    (RESULTS / "spec_lengths_cpu.json").write_text(
+    stem = "spec_lengths_cpu" + ("" if args.pair == "cycle" else f"-{args.pair}")
+    (RESULTS / f"{stem}.json").write_text(
         json.dumps({"meta": meta, "lossless": lossless, "results": results}, indent=2) + "\n"
     )
-    (RESULTS / "spec_lengths_cpu.md").write_text(
-        f"# FASER vs fixed lengths on CPU\n\n{json.dumps(meta)}\n\n{table}\n\nidentical greedy outputs: {lossless}\n"
+    (RESULTS / f"{stem}.md").write_text(
+        f"# FASER vs fixed lengths on CPU ({PAIR_TITLES[args.pair]})\n\n{json.dumps(meta)}\n\n{table}\n\nidentical greedy outputs: {lossless}\n"
     )
-    plot(results, RESULTS / "spec_lengths_cpu.png")
-    print(f"wrote {RESULTS}/spec_lengths_cpu.{{json,md,png}}")
+    plot(results, RESULTS / f"{stem}.png", args.pair)
+    print(f"wrote {RESULTS}/{stem}.{{json,md,png}}")
 
 
 if __name__ == "__main__":

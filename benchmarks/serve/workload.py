@@ -16,8 +16,9 @@ import numpy as np
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 SETS = ("chat", "mtbench", "humaneval")
-# standard: the three data sets; mixed / mixed-temp: acceptance differs per request inside one stream
-PROMPT_SETS = ("standard", "mixed", "mixed-temp")
+# standard: the three data sets; mixed / mixed-temp: acceptance differs per request inside one stream; cycles: the
+# deep cycle pair's sure and doomed requests in one stream
+PROMPT_SETS = ("standard", "mixed", "mixed-temp", "cycles")
 SAMPLED_TEMPERATURE = 1.0  # mixed-temp's chat half
 
 
@@ -77,6 +78,35 @@ def mixed_temperature_prompts(n: int = 64, seed: int = 0) -> list[tuple[str, str
             ("sampled", chat[int(rng.integers(len(chat)))], SAMPLED_TEMPERATURE) for i in range(n)]
 
 
+def cycle_prompts(n: int = 64, seed: int = 0) -> list[tuple[str, str, float]]:
+    """The cycle pairs' extremes in one stream, half and half, all greedy (``sglang_faser/models/tiny.py``).
+
+    A sentence of the Zen of Python's words, then a trigger character: the cycle pair's target walks the cycle of
+    the prompt's last token, so ``sure`` prompts end on a token of the cycle the draft walks right (every draft
+    passes) and ``doomed`` ones on the other (every draft fails). Triggers are tokens that come back as themselves
+    when the text is tokenized again, printable ones only.
+    """
+    from transformers import AutoTokenizer
+
+    from sglang_faser.models.tiny import CYCLE_SPLIT, ensure_tiny_suite
+
+    suite = ensure_tiny_suite()
+    tok = AutoTokenizer.from_pretrained(suite.deep_cycle_target)
+    words = "beautiful is better than ugly explicit implicit simple complex flat nested sparse dense".split()
+    rng = np.random.default_rng(seed)
+    triggers: dict[str, list[str]] = {"sure": [], "doomed": []}
+    for token in range(3, tok.vocab_size):
+        text = tok.decode([token])
+        if text.strip() and text.isprintable() and tok(f"{words[0]} {text}").input_ids[-1] == token:
+            triggers["sure" if token < CYCLE_SPLIT else "doomed"].append(text)
+    prompts = []
+    for i in range(n):
+        kind = "sure" if i % 2 == 0 else "doomed"
+        sentence = " ".join(rng.choice(words, int(rng.integers(8, 24))))
+        prompts.append((kind, f"{sentence} {triggers[kind][int(rng.integers(len(triggers[kind])))]}", 0.0))
+    return prompts
+
+
 def _repeated_code_line(rng) -> str:
     lines = _code_lines()
     line = lines[int(rng.integers(len(lines)))]
@@ -118,6 +148,8 @@ def build(n: int, rate: float, process: str, max_new_tokens: int, seed: int = 0,
         prompts = mixed_prompts(seed=seed)
     elif prompt_set == "mixed-temp":
         prompts = mixed_temperature_prompts(seed=seed)
+    elif prompt_set == "cycles":
+        prompts = cycle_prompts(seed=seed)
     else:
         prompts = [(kind, prompt, 0.0) for kind, prompt in load_prompts()]
     if template is not None:

@@ -54,6 +54,18 @@ def test_mixed_prompt_set_interleaves_predictable_and_random_requests():
     assert {r.temperature for r in requests} == {0.0}
 
 
+def test_cycles_prompt_set_ends_each_prompt_on_a_token_of_its_kinds_cycle(tiny_suite):
+    from transformers import AutoTokenizer
+
+    from sglang_faser.models.tiny import CYCLE_SPLIT
+
+    requests = workload.build(40, 4.0, "poisson", 16, seed=3, prompt_set="cycles")
+    assert {r.kind for r in requests} == {"sure", "doomed"} and {r.temperature for r in requests} == {0.0}
+    tok = AutoTokenizer.from_pretrained(tiny_suite.deep_cycle_target)
+    for r in requests:  # the target walks the cycle of the prompt's last token; the draft is right on cycle A only
+        assert (tok(r.prompt).input_ids[-1] < CYCLE_SPLIT) == (r.kind == "sure"), r.prompt
+
+
 def test_mixed_temp_prompt_set_mixes_greedy_code_and_sampled_chat():
     requests = workload.build(40, 4.0, "poisson", 16, seed=3, prompt_set="mixed-temp")
     kinds = {r.kind: r.temperature for r in requests}
