@@ -2,6 +2,7 @@
 
     python benchmarks/k0_step_cost.py                  # batch sizes 1, 8, 32; 3 alternating repeats
     python benchmarks/k0_step_cost.py --model-path smollm2
+    python benchmarks/k0_step_cost.py --model deep-cycles   # a 12-layer target: a plain step of about 10 ms at B = 1
 
 Two servers of the same target: ``no-spec`` (no speculative algorithm) and ``faser-k0`` (the FASER worker with
 every length 0, ``--faser-mode off``: every step is a whole-batch k = 0 step). For each batch size B, B greedy
@@ -83,23 +84,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--algorithm", default="EAGLE")
     ap.add_argument("--model-path", default=None)
+    ap.add_argument("--model", choices=["embedded", "deep-cycles"], default="embedded",
+                    help="deep-cycles: the deep cycle pair (12-layer target, 1-layer STANDALONE draft, generated)")
     ap.add_argument("--fixed", type=int, default=0, help="also compare FASER held at this length with stock SGLang")
-    ap.add_argument("--out", type=Path, default=RESULTS / "k0_step_cost")
+    ap.add_argument("--out", type=Path, help="results stem (default benchmarks/results/k0_step_cost[-MODEL])")
     ap.add_argument("--plot-only", action="store_true", help="redraw the plot from an earlier run's JSON")
     args, extra = ap.parse_known_args(argv)
+    args.out = args.out or RESULTS / ("k0_step_cost" + ("" if args.model == "embedded" else f"-{args.model}"))
     if args.plot_only:
         plot(json.loads(args.out.with_suffix(".json").read_text())["rows"], args.out.with_suffix(".png"))
         return 0
+    draft = []  # the draft model of a STANDALONE pair, for the speculative servers only
+    if args.model == "deep-cycles" and not args.model_path:
+        from sglang_faser.models.tiny import ensure_tiny_suite
+
+        suite = ensure_tiny_suite()
+        args.model_path, args.algorithm = str(suite.deep_cycle_target), "STANDALONE"
+        draft, extra = ["--speculative-draft-model-path", str(suite.small_cycle_draft)], ["--dtype", "float32", *extra]
     model = ["--model-path", args.model_path] if args.model_path else []
     base = model + ["--faser-control", "off", "--max-total-tokens", "16384", "--sleep-on-idle",
                     "--decode-log-interval", str(LOG_INTERVAL), *extra]
-    configs = {"no-spec": base, "faser-k0": base + spec_flags(args.algorithm, 3, "--faser-mode", "off")}
+    configs = {"no-spec": base, "faser-k0": base + spec_flags(args.algorithm, 3, "--faser-mode", "off") + draft}
     pairs = [("faser-k0", "no-spec")]
     if args.fixed:
         k = str(args.fixed)
-        configs[f"fixed-{k}"] = base + spec_flags(args.algorithm, args.fixed, "--faser-mode", "stock")
+        configs[f"fixed-{k}"] = base + spec_flags(args.algorithm, args.fixed, "--faser-mode", "stock") + draft
         configs[f"faser-fixed-{k}"] = base + spec_flags(args.algorithm, 7, "--faser-mode", "fixed",
-                                                         "--faser-fixed-len", k)
+                                                         "--faser-fixed-len", k) + draft
         pairs.append((f"faser-fixed-{k}", f"fixed-{k}"))
     servers = {name: ServerProcess(flags, log_path=Path(f"/tmp/k0_step_cost-{name}.log"))
                for name, flags in configs.items()}

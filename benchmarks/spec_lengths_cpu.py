@@ -6,20 +6,23 @@ Each configuration is a real ``sglang_faser.launch_server`` process serving the 
 * ``fixed-k`` (k = 1, 3, 5): stock SGLang speculative decoding with k draft steps (``--faser-mode stock``);
 * ``faser``: FASER's goodput policy with a window of 5 draft steps.
 
-The model pair is the tiny "cycle pair" (``sglang_faser/models/tiny.py``): its draft is always right for half the
-prompts and always wrong for the other half, the per-request spread FASER is built for. CPU numbers say nothing
-about GPU speed; they check that the machinery runs and show the ratios the current execution path gives.
+The model pair is a "cycle pair" (``sglang_faser/models/tiny.py``): its draft is always right for half the
+prompts and always wrong for the other half, the per-request spread FASER is built for. ``--pair cycle`` (the
+default): a 2-layer target and a 2-layer draft, where a draft step costs about a target step on CPU, so that no
+speculation wins even where every draft passes; ``--pair deep``: a 12-layer target and a 1-layer draft with the
+same maps, where a draft step costs a fraction of a target step, as in serving. CPU numbers say nothing about GPU
+speed; they check that the machinery runs and show the ratios the current execution path gives.
 Prints a table with ratios against no-spec and the best fixed length, and writes JSON, markdown and a plot to
 ``benchmarks/results/``.
 
     python benchmarks/spec_lengths_cpu.py [--requests 16] [--concurrency 8] [--max-new-tokens 64]
-    python benchmarks/spec_lengths_cpu.py --batch-one [--repeats 3] [--max-new-tokens 256]
+    python benchmarks/spec_lengths_cpu.py --batch-one [--repeats 3] [--max-new-tokens 256] [--pair deep]
 
 ``--batch-one``: one request at a time, sure and doomed prompts measured apart, every server up at once and the
 configurations alternating within each repeat (median of the repeats). It checks the policy at the two extremes:
 with drafts that always pass FASER should reach the window (max-len) within a few steps and run as fast as the best
 fixed length; with drafts that never pass, as fast as no speculation. The server's start-up sweep runs during a
-warm-up request of each kind. Writes ``spec_lengths_cpu_batch1.{json,md,png}``.
+warm-up request of each kind. Writes ``spec_lengths_cpu_batch1[-deep].{json,md,png}``.
 """
 
 from __future__ import annotations
@@ -293,8 +296,8 @@ def main() -> None:
         json.dumps({"meta": meta, "lossless": lossless, "results": results}, indent=2) + "\n"
     )
     (RESULTS / f"{stem}.md").write_text(
-        f"# FASER vs fixed lengths on CPU ({PAIR_TITLES[args.pair]})\n\n{json.dumps(meta)}\n\n{table}\n\nidentical greedy outputs: {lossless}\n"
-    )
+        f"# FASER vs fixed lengths on CPU ({PAIR_TITLES[args.pair]})\n\n{json.dumps(meta)}\n\n{table}\n\n"
+        f"identical greedy outputs: {lossless}\n")
     plot(results, RESULTS / f"{stem}.png", args.pair)
     print(f"wrote {RESULTS}/{stem}.{{json,md,png}}")
 
