@@ -43,7 +43,7 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.serve import configs as serve_configs  # noqa: E402
-from sglang_faser.models.tiny import CYCLE_SPLIT, ensure_tiny_suite  # noqa: E402
+from sglang_faser.models.tiny import CYCLE_SPLIT, DEEP_CYCLE_LAYERS, ensure_tiny_suite  # noqa: E402
 from sglang_faser.server_process import ServerProcess  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
@@ -51,7 +51,7 @@ RESULTS = Path(__file__).parent / "results"
 
 WINDOW = 5  # FASER's window here, so its max-len
 PAIR_TITLES = {"cycle": "tiny cycle pair, 2-layer target and draft",
-               "deep": "deep cycle pair, 12-layer target, 1-layer draft"}
+               "deep": f"deep cycle pair, {DEEP_CYCLE_LAYERS}-layer target, 1-layer draft"}
 
 
 def configurations() -> dict[str, list[str]]:
@@ -84,7 +84,7 @@ def run_one(url: str, input_ids: list[int], max_new_tokens: int) -> dict:
 
 
 def pair_paths(suite, pair: str) -> tuple[Path, Path]:
-    """(target, draft) of a cycle pair: ``cycle`` (2 layers each), ``deep`` (12-layer target, 1-layer draft)."""
+    """(target, draft) of a cycle pair: ``cycle`` (2 layers each), ``deep`` (DEEP_CYCLE_LAYERS, 1 layer)."""
     if pair == "deep":
         return suite.deep_cycle_target, suite.small_cycle_draft
     return suite.cycle_target, suite.cycle_draft
