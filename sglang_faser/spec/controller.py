@@ -42,23 +42,12 @@ from sglang_faser.spec.policy import StepPlan, evaluate, make_policy
 from sglang_faser.spec.warmup import is_warmup, sweep_lengths, sweep_steps
 
 MAX_PENDING_STEPS = 4  # decided steps awaiting their verify result; the overlap scheduler needs 2
-RESUME_HORIZON = 8  # at most this many steps of drafting a request's catch-up is spread over (resume_horizon)
+RESUME_HORIZON = 8  # steps of drafting a request's catch-up is spread over (it pays for those, not one)
 EXPLORED_PER_STEP = 1  # requests a step's decision may see optimistically (the rest at their posterior means)
 HOLD_RECHECK = 4  # a batch at its bounds (every request parked at 0 or at its cap) is decided again after this
 # many steps (its estimates move little in between, and a decision costs about a tenth of a small batch's step on
 # CPU) ...
 HOLD_MAX = 16  # ... and after twice as many each time the same batch is found at its bounds again, up to this many
-
-
-def resume_horizon(means: np.ndarray) -> np.ndarray:
-    """[B] the steps of drafting a resuming request's catch-up buys: 1 / (1 - a), a the posterior mean of its first
-    draft (it drafts on while its drafts pass), at most ``RESUME_HORIZON``. A catch-up is paid once, and only the
-    steps that follow it while the request keeps drafting share it: a request whose first drafts fail parks again
-    after its probe, which then pays the whole catch-up (priced over 8 steps, at batch 1 on the deep cycle pair a
-    doomed request's one-draft probe looked 15-20 % better than parking and cost twice a parked step), while a
-    request parked by load with drafts that pass spreads it over 8 steps as before."""
-    first = np.clip(np.asarray(means, dtype=np.float64)[:, 0], 0.0, 1.0 - 1.0 / RESUME_HORIZON)
-    return 1.0 / (1.0 - first)
 
 
 @dataclass(frozen=True)
@@ -173,8 +162,7 @@ class LengthController:
         ``critical``: requests of ``latency_class: critical``, whose tokens count ``latency_weight`` times.
         ``context``: the batch's context tokens (sum of its sequence lengths), part of every plan's verify cost.
         ``backlog``: [B] skipped rows each request's draft must catch up before it drafts again; the catch-up is
-        charged to the step that resumes, spread over the steps of drafting it is expected to enable
-        (``resume_horizon``).
+        charged to the step that resumes, spread over ``RESUME_HORIZON`` steps of drafting it enables.
         ``padded``: the worker verifies the full window whatever the lengths (no depth tiers available).
         ``uniform``: the verify backend gives every request the same rows, so the policy gives every request the
         same length (up to the per-request caps and floors).
@@ -213,7 +201,7 @@ class LengthController:
         means, hopes = self.tracker.estimates(rids)
         probs = _explore_few(means, hopes, EXPLORED_PER_STEP)
         weights = None if critical is None else np.where(critical, self.config.latency_weight, 1.0)
-        resume = None if backlog is None else self.cost.catch_up_ms(backlog) / resume_horizon(means)
+        resume = None if backlog is None else self.cost.catch_up_ms(backlog) / RESUME_HORIZON
         plan = self.policy.plan(probs, limit, mins, self.cost, uniform=uniform, weights=weights, context=context,
                                 resume_ms=resume, sure_probs=means)
         if self.config.mode is Mode.ADAPTIVE and plan.lengths.max(initial=0) > 1:  # back-off probes: one deep

@@ -356,37 +356,3 @@ def test_a_start_up_sweep_sample_read_steps_late_still_joins_the_prior():
     assert (len(cost.samples(DRAFT, online=False)[1]), len(cost.samples(DRAFT)[1])) == (prior + 1, online)
     controller.record_phase(DRAFT, 1, 2, 5.0, rows=1, drafting=1)  # default: the last decided step's
     assert (len(cost.samples(DRAFT, online=False)[1]), len(cost.samples(DRAFT)[1])) == (prior + 1, online + 1)
-
-
-def test_a_catch_up_is_spread_over_the_drafting_steps_it_is_expected_to_buy(monkeypatch):
-    """1 / (1 - a) steps for a first-draft acceptance a, at most RESUME_HORIZON: a doomed request's probe pays its
-    whole catch-up, so at batch 1 on the deep cycle pair's measured costs it is probed less often than with every
-    catch-up spread over 8 steps, and a sure request parked with a backlog still resumes at once."""
-    from sglang_faser.spec import controller as module
-
-    expected = module.resume_horizon
-    assert expected(np.array([[0.0, 0.9], [0.5, 0.1], [0.99, 0.0]])).tolist() == [1.0, 2.0, 8.0]
-
-    def probes(horizon) -> tuple[list[int], list[int]]:
-        monkeypatch.setattr(module, "resume_horizon", horizon)
-        cost = StepCostModel(verify_coef=[8.1, 0.0, 1.1, 0.0], draft_coef=[1.3, 3.7, 0.0, 1.33, 0.0])
-        cost.catch_up_coef = np.array([2.45, 0.0])
-        controller = LengthController(FaserConfig(max_len=5), window=5, cost=cost, calibration_sweeps=0)
-
-        def run(rid: str, sure: bool, parked_for: int = 0) -> int:
-            backlog, drafted_steps = 0, 0
-            for step in range(256):
-                caps = np.array([0]) if step < parked_for else None  # parked by its caps first
-                k = int(controller.decide([rid], caps=caps, backlog=np.array([backlog])).lengths[0])
-                controller.observe([k if sure else 0])
-                backlog, drafted_steps = (0, drafted_steps + 1) if k else (min(backlog + 1, 64), drafted_steps)
-            controller.forget(rid)
-            return drafted_steps
-
-        run("warm-sure", True), run("warm-doomed", False)
-        return [run(f"doomed-{i}", False) for i in range(8)], [run(f"sure-{i}", True, parked_for=32) for i in range(2)]
-
-    doomed_before, sure_before = probes(lambda means: np.full(len(means), float(module.RESUME_HORIZON)))
-    doomed, sure = probes(expected)
-    assert sum(doomed) < sum(doomed_before), (doomed, doomed_before)
-    assert sure == sure_before == [256 - 32] * 2
