@@ -40,7 +40,7 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.serve.configs import spec_flags  # noqa: E402
+from benchmarks.serve.configs import deep_cycle_pair, spec_flags  # noqa: E402
 from sglang_faser.server_process import ServerProcess  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -96,11 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     draft = []  # the draft model of a STANDALONE pair, for the speculative servers only
     if args.model == "deep-cycles" and not args.model_path:
-        from sglang_faser.models.tiny import ensure_tiny_suite
-
-        suite = ensure_tiny_suite()
-        args.model_path, args.algorithm = str(suite.deep_cycle_target), "STANDALONE"
-        draft, extra = ["--speculative-draft-model-path", str(suite.small_cycle_draft)], ["--dtype", "float32", *extra]
+        (args.model_path, draft_path), args.algorithm = deep_cycle_pair(), "STANDALONE"
+        draft, extra = ["--speculative-draft-model-path", draft_path], ["--dtype", "float32", *extra]
     model = ["--model-path", args.model_path] if args.model_path else []
     base = model + ["--faser-control", "off", "--max-total-tokens", "16384", "--sleep-on-idle",
                     "--decode-log-interval", str(LOG_INTERVAL), *extra]

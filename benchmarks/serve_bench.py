@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.serve import metrics, report, telemetry, workload  # noqa: E402
-from benchmarks.serve.configs import EXTRA, QUICK, configurations  # noqa: E402
+from benchmarks.serve.configs import EXTRA, QUICK, configurations, deep_cycle_pair  # noqa: E402
 from benchmarks.serve.driver import drive  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -160,12 +160,9 @@ def parse_args(argv):
     if args.model == "smollm2" and not args.model_path:
         args.model_path = "smollm2"  # the launcher resolves the alias and adds the matching draft
     if args.model == "deep-cycles" and not args.model_path:
-        from sglang_faser.models.tiny import ensure_tiny_suite
-
-        suite = ensure_tiny_suite()
-        args.model_path, args.draft_model_path = str(suite.deep_cycle_target), str(suite.small_cycle_draft)
+        args.model_path, args.draft_model_path = deep_cycle_pair()
         args.algorithm = "STANDALONE"  # a separate draft model, not an EAGLE head
-        args.server_arg = ["--dtype", "float32", *args.server_arg]  # greedy outputs compared token for token
+        args.server_arg = ["--dtype", "float32", *args.server_arg]
     if args.burstiness is not None:
         if args.burstiness <= 0:
             parser.error("--burstiness must be > 0")

@@ -42,3 +42,12 @@ EXTRA = ("faser-k0", *(f"faser-fixed-{k}" for k in FIXED))  # run only when aske
 
 
 QUICK = ("no-spec", "fixed-1", "fixed-3", "faser", "faser-frontier-2")
+
+
+def deep_cycle_pair() -> tuple[str, str]:
+    """(target, draft) paths of the deep cycle pair (``sglang_faser/models/tiny.py``), generated on first use: a
+    STANDALONE pair, served in float32 so that greedy outputs compare token for token."""
+    from sglang_faser.models.tiny import ensure_tiny_suite
+
+    suite = ensure_tiny_suite()
+    return str(suite.deep_cycle_target), str(suite.small_cycle_draft)
