@@ -50,7 +50,28 @@ def test_report_gives_medians_and_their_ratios(tmp_path, monkeypatch):
             ("faser", "base"): [90.0, 80.0, 70.0]}
     ab_servers.report(args, "abc123", runs)
     text = (tmp_path / "ab_t.md").read_text()
-    assert "| faser | 99.0 | 80.0 | 1.238x | 0.990x | 0.800x |" in text
+    assert "| faser | 99.0 | 80.0 | 1.100x | 0.990x | 0.889x |" in text  # medians of each repeat's ratios
     record = json.loads((tmp_path / "ab_t.json").read_text())
     assert record["meta"]["base"] == "abc123" and record["repeats_tok_per_s"]["faser base"] == [90.0, 80.0, 70.0]
     assert pytest.approx(record["repeats_tok_per_s"]["no-spec new"][2]) == 110.0
+    args.tag = "alone"
+    ab_servers.report(args, None, {key: runs[key] for key in [("no-spec", "new"), ("faser", "new")]})
+    assert "| faser | 99.0 | 0.990x |" in (tmp_path / "ab_alone.md").read_text()
+
+
+def test_one_request_at_a_time_runs_each_request_on_every_server_in_a_rotating_order():
+    calls = []
+
+    def job(tokens):
+        def run(url):
+            calls.append((tokens, url))
+            return tokens, {"a": 1.0, "b": 2.0, "c": 4.0}[url]
+        return run
+
+    keys = ["A", "B", "C"]
+    rates = ab_servers.interleaved_repeat([job(10), job(20), job(30), job(40)], keys, {"A": "a", "B": "b", "C": "c"})
+    assert [url for _, url in calls] == list("abc" "bca" "cab" "abc")
+    assert [tokens for tokens, _ in calls] == [10] * 3 + [20] * 3 + [30] * 3 + [40] * 3
+    assert rates == {"A": 100 / 4.0, "B": 100 / 8.0, "C": 100 / 16.0}
+    assert ab_servers.one_at_a_time("mixed-c1") and ab_servers.one_at_a_time("deep1-doomed")
+    assert not ab_servers.one_at_a_time("mixed-c4") and not ab_servers.one_at_a_time("mixed-r16")
