@@ -37,7 +37,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,24 +74,15 @@ def base_env(tree: Path) -> dict[str, str]:
 
 
 def runner(workload: str, args):
-    """One repeat's load against a server URL: (tokens, seconds)."""
-    if workload.startswith("mixed"):
-        load = workload.split("-")[1]  # c<in flight> or r<requests/s>
-        rate = float(load[1:]) if load[0] == "r" else float("inf")
-        concurrency = int(load[1:]) if load[0] == "c" else None
-        requests = serve_workload.build(args.requests, rate, "poisson", args.max_new_tokens, 0, 2.0, "mixed")
-
-        def run(url: str) -> tuple[int, float]:
-            results, wall = drive(url, requests, None, max_concurrency=concurrency)
-            return sum(r.output_tokens for r in results), wall
-        return run
-    prompt = [0, 3] if workload.endswith("-sure") else [0, CYCLE_SPLIT + 1]
+    """One repeat's load against a server URL, where several requests are in flight: (tokens, seconds)."""
+    load = workload.split("-")[1]  # c<in flight> or r<requests/s>
+    rate = float(load[1:]) if load[0] == "r" else float("inf")
+    concurrency = int(load[1:]) if load[0] == "c" else None
+    requests = serve_workload.build(args.requests, rate, "poisson", args.max_new_tokens, 0, 2.0, "mixed")
 
     def run(url: str) -> tuple[int, float]:
-        began, tokens = time.perf_counter(), 0
-        for _ in range(args.requests):
-            tokens += run_one(url, prompt, args.max_new_tokens)["tokens"]
-        return tokens, time.perf_counter() - began
+        results, wall = drive(url, requests, None, max_concurrency=concurrency)
+        return sum(r.output_tokens for r in results), wall
     return run
 
 
@@ -155,8 +145,8 @@ def main() -> None:
                        capture_output=True)
     versions = ("new", "base") if args.base else ("new",)
     keys = [("no-spec", "new")] + [(c, v) for c in args.configs if c != "no-spec" for v in versions]
-    run = runner(args.workload, args)
     jobs = request_jobs(args.workload, args) if one_at_a_time(args.workload) else None
+    run = runner(args.workload, args) if jobs is None else None
     runs: dict[tuple[str, str], list[float]] = {}
     servers: dict[tuple[str, str], ServerProcess] = {}
     try:
