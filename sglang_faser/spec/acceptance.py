@@ -15,7 +15,11 @@ The estimate is a Beta posterior per request and position, learnt both ways:
   a few steps; one whose probes keep failing waits twice as long each time, so hopeless requests cost O(log T)
   probes instead of one every few steps (at batch 1 a probe costs more than a plain step). Such steps are only
   counted per request, and their fading is applied in one go before the request's evidence is next read (a
-  parked batch's step is a plain decode, and fading row by row cost a small batch's CPU step 1-2 %);
+  parked batch's step is a plain decode, and fading row by row cost a small batch's CPU step 1-2 %). A new
+  request starts at the back-off finished requests ended with (a running mean over the last few, rounded down):
+  where first drafts keep failing, a new request's first probe is one draft deep and later ones come seldom
+  (the deep cycle pair's doomed requests at batch 1 each paid a full-depth probe and four one-draft probes of
+  256 steps; one or two one-draft probes once a few had finished), and where they pass it starts at none;
 * **prior from the server and the request's other positions, one request one vote**: the posterior mean is
   (s + w c) / (s + f + w), w = ``prior_weight`` / (1 + the request's observations there so far)
   pseudo-observations and c the request's own rate over all its positions, shrunk towards g, the server-wide
@@ -64,6 +68,7 @@ import numpy as np
 
 REQUEST_PRIOR_RATE = 0.1  # weight of a finished request in the server-wide prior: about the last 10 requests
 FULL_VOTE_STEPS = 16  # decode steps after which a finished request votes in full (fewer: that share of a vote)
+BACKOFF_PRIOR_RATE = 0.3  # weight of a finished request in the back-off a new one starts with: the last few
 MAX_BACKOFF = 6  # a parked request's evidence fades at least at request_rate / 64 per step
 
 
@@ -84,6 +89,7 @@ class AcceptanceTracker:
         # [decayed successes, decayed failures, observations ever] x rows x positions
         self._counts = np.zeros((3, initial_capacity, max_len))
         self._backoff = np.zeros(initial_capacity, dtype=np.int64)  # failed probes in a row, per row
+        self._finished_backoff = 0.0  # running mean of finished requests' back-off: where a new one starts
         self._idle = np.zeros((initial_capacity, max_len))  # steps since each position was last observed
         self._unfaded = np.zeros(initial_capacity)  # steps without drafts not yet applied to each row (_settle)
         self._steps = np.zeros(initial_capacity)  # decode steps each row's request took part in
@@ -124,7 +130,7 @@ class AcceptanceTracker:
                 self._free.extend(range(2 * old - 1, old - 1, -1))
             row = self._free.pop()
             self._counts[:, row] = 0.0
-            self._backoff[row] = 0
+            self._backoff[row] = int(self._finished_backoff)
             self._idle[row] = 0.0
             self._unfaded[row] = 0.0
             self._steps[row] = 0.0
@@ -234,7 +240,8 @@ class AcceptanceTracker:
             self._settle(np.array([row]))
             del self._rows[rid]
             succ, fail, ever = self._counts[:, row]
-            vote = REQUEST_PRIOR_RATE * min(1.0, self._steps[row] / FULL_VOTE_STEPS)
+            share = min(1.0, self._steps[row] / FULL_VOTE_STEPS)
+            vote = REQUEST_PRIOR_RATE * share
             # a position it ever tried votes with its rate there, however long ago: decay fades both counts
             # alike, so their ratio stays its rate (weighed by the decayed counts, a request parked after its
             # probes failed voted mostly for the initial prior, and every new request was probed at full depth)
@@ -243,6 +250,7 @@ class AcceptanceTracker:
             rate = succ / np.maximum(held, 1e-300)
             target = seen * rate + (1.0 - seen) * self.prior
             self._by_request += vote * (target - self._by_request)
+            self._finished_backoff += BACKOFF_PRIOR_RATE * share * (self._backoff[row] - self._finished_backoff)
             # every finished request ages what earlier ones showed, those that never tried a position too: after a
             # run of requests held short, a new one hopes from the server-wide estimate again
             self._tried = (1.0 - vote) * self._tried + (vote / REQUEST_PRIOR_RATE) * seen * np.stack(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+from sglang_faser.kernels.cpu import kv_cache
 from sglang_faser.kernels.cpu.kv_cache import (
     assign_draft_cache_locs_contiguous_cpu,
     assign_extend_cache_locs_cpu,
@@ -39,7 +41,15 @@ def test_assign_req_to_token_pool_hand_case():
     assert torch.equal(req_to_token, expected)
 
 
-def test_assign_req_to_token_pool_matches_loop_reference():
+@pytest.fixture(params=["slices", "vectorised"])
+def segment_path(request, monkeypatch):
+    """Both ways the ops walk their segments: a slice per request (small batches) and numpy coordinates."""
+    if request.param == "vectorised":
+        monkeypatch.setattr(kv_cache, "FEW_SEGMENTS", 0)
+    return request.param
+
+
+def test_assign_req_to_token_pool_matches_loop_reference(segment_path):
     gen = torch.Generator().manual_seed(0)
     req_to_token = torch.randint(0, 1000, (6, 16), generator=gen, dtype=torch.int32)
     req_pool_indices = torch.tensor([5, 1, 3, 0])
@@ -62,7 +72,7 @@ def test_assign_extend_cache_locs_hand_case():
     assert torch.equal(out, torch.tensor([17, 18, 3, 4, 5]))
 
 
-def test_assign_extend_cache_locs_matches_loop_reference_int32_window():
+def test_assign_extend_cache_locs_matches_loop_reference_int32_window(segment_path):
     # fill_front_out_cache_loc_func (cache_locs.py:763) passes an int32 window table and int64 output.
     window = torch.tensor([[7, 8, 9, 10], [11, 12, 13, 14], [15, 16, 17, 18]], dtype=torch.int32)
     rows = torch.arange(3)

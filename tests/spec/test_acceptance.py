@@ -195,3 +195,24 @@ def test_expected_tokens_matches_the_closed_form():
     probs = np.full((1, 6), a)
     for k in range(7):
         assert expected_tokens(probs, np.array([k]))[0] == pytest.approx((1 - a ** (k + 1)) / (1 - a))
+
+
+def test_a_new_request_starts_at_the_back_off_finished_requests_ended_with():
+    """Where requests' first drafts keep failing, a new one starts in back-off (probed one draft deep, and less
+    often); once requests pass again, new ones start at none (probed at full depth)."""
+    tracker = AcceptanceTracker(max_len=5)
+
+    def run(rid: str, accepted: int, probes: int) -> None:
+        for _ in range(probes):
+            tracker.observe([rid], proposed=np.array([5]), accepted=np.array([accepted]))
+        for _ in range(16):  # parked steps: a full vote
+            tracker.observe([rid], proposed=np.array([0]), accepted=np.array([0]))
+        tracker.forget(rid)
+
+    assert tracker.probe_limits(["first"]).tolist() == [5]
+    for i in range(6):
+        run(f"doomed-{i}", 0, probes=4)  # four failed probes in a row: back-off 4
+    assert tracker.probe_limits(["after-doomed"]).tolist() == [1]
+    for i in range(6):
+        run(f"sure-{i}", 5, probes=4)
+    assert tracker.probe_limits(["after-sure"]).tolist() == [5]

@@ -28,6 +28,22 @@ def _segment_coords(
     return torch.from_numpy(rows), torch.from_numpy(cols), len(cols)
 
 
+FEW_SEGMENTS = 4  # up to this many requests a slice per request beats the vectorised coordinates
+
+
+def _few_segments(
+    req_pool_indices: torch.Tensor, start_offset: torch.Tensor, end_offset: torch.Tensor
+) -> list[tuple[int, int, int]] | None:
+    """``(row, start, end)`` per request where the batch is small (a decode step at batch 1 writes one or a few
+    slots a request: three host lists and a slice each cost a third of ``_segment_coords``' numpy work), else
+    None."""
+    starts = start_offset.reshape(-1)
+    if starts.numel() > FEW_SEGMENTS:
+        return None
+    rows = req_pool_indices.reshape(-1)[: starts.numel()].tolist()
+    return list(zip(rows, starts.tolist(), end_offset.reshape(-1).tolist()))
+
+
 def assign_req_to_token_pool_cpu(
     req_pool_indices: torch.Tensor,
     req_to_token: torch.Tensor,
@@ -43,6 +59,14 @@ def assign_req_to_token_pool_cpu(
     stride the Triton kernel needs and is implied by ``req_to_token`` here.
     """
     del pool_len
+    few = _few_segments(req_pool_indices, start_offset, end_offset)
+    if few is not None:
+        flat, at = out_cache_loc.reshape(-1), 0
+        for row, start, end in few:
+            if end > start:
+                req_to_token[row, start:end] = flat[at : at + end - start]
+                at += end - start
+        return
     rows, cols, total = _segment_coords(req_pool_indices, start_offset, end_offset)
     if total:
         req_to_token[rows, cols] = out_cache_loc.reshape(-1)[:total].to(req_to_token.dtype)
@@ -62,6 +86,14 @@ def assign_extend_cache_locs_cpu(
     ``cache_locs.py:740`` and ``:763``; the second passes an int32 window table and an int64 output).
     """
     del pool_len
+    few = _few_segments(req_pool_indices, start_offset, end_offset)
+    if few is not None:
+        flat, at = out_cache_loc.view(-1), 0
+        for row, start, end in few:
+            if end > start:
+                flat[at : at + end - start] = req_to_token[row, start:end]
+                at += end - start
+        return
     rows, cols, total = _segment_coords(req_pool_indices, start_offset, end_offset)
     if total:
         out_cache_loc.view(-1)[:total] = req_to_token[rows, cols].to(out_cache_loc.dtype)
