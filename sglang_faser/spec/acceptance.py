@@ -54,7 +54,9 @@ The estimate is a Beta posterior per request and position, learnt both ways:
   requests differ keeps its spread. A parked request with its own record does not get the bonus along its chain
   (with it, requests parked by load were later drafted deep, and the mixed workload lost up to 6 % at 16-64
   req/s). A request whose last probes failed at the first draft (in back-off) is probed one draft deep whatever
-  its optimism says (``probe_limits``): one draft tells as much as five and costs a fifth.
+  its optimism says (``probe_limits``): one draft tells as much as five and costs a fifth. So is a new request
+  that hope alone drafts (the controller's decision); while its drafts pass, it keeps a never-tried request's
+  bonus along the rest of its chain (``probed_short``), so it is probed deeper at once.
   A step's decision takes the optimistic estimates of one request only, the one whose optimism adds most
   (``estimates`` gives means and optimistic estimates; controller.py ``_explore_few``): optimism on a whole batch
   at once compounded into deep steps drafted on hope.
@@ -93,6 +95,7 @@ class AcceptanceTracker:
         self._idle = np.zeros((initial_capacity, max_len))  # steps since each position was last observed
         self._unfaded = np.zeros(initial_capacity)  # steps without drafts not yet applied to each row (_settle)
         self._steps = np.zeros(initial_capacity)  # decode steps each row's request took part in
+        self._short = np.zeros(initial_capacity, dtype=bool)  # first probe cut short, passed so far (probed_short)
         self._free: list[int] = list(range(initial_capacity - 1, -1, -1))
         self._positions = np.arange(max_len)
 
@@ -127,6 +130,7 @@ class AcceptanceTracker:
                 self._idle = np.concatenate([self._idle, np.zeros_like(self._idle)])
                 self._unfaded = np.concatenate([self._unfaded, np.zeros_like(self._unfaded)])
                 self._steps = np.concatenate([self._steps, np.zeros_like(self._steps)])
+                self._short = np.concatenate([self._short, np.zeros_like(self._short)])
                 self._free.extend(range(2 * old - 1, old - 1, -1))
             row = self._free.pop()
             self._counts[:, row] = 0.0
@@ -134,6 +138,7 @@ class AcceptanceTracker:
             self._idle[row] = 0.0
             self._unfaded[row] = 0.0
             self._steps[row] = 0.0
+            self._short[row] = False
             self._rows[rid] = row
         return row
 
@@ -190,7 +195,7 @@ class AcceptanceTracker:
         # the first such position: probe one deeper at a time; a request never tried at all is uncertain all
         # along its chain, and one draft seldom pays alone; it may be what finished requests were (their spread)
         untried = self._counts[2, rows, :1] == 0
-        probe = seldom & ((np.cumsum(seldom, axis=1) == 1) | untried)
+        probe = seldom & ((np.cumsum(seldom, axis=1) == 1) | untried | self._short[rows, None])
         if untried.any():  # most steps of a long-running batch have none
             centre, spread = self.untried_by_position()
             mean, sd = np.where(untried, centre[None, :], mean), np.where(untried, spread[None, :], sd)
@@ -206,6 +211,17 @@ class AcceptanceTracker:
         seldom = self._counts[0, rows] + self._counts[1, rows] < 1.0
         first = np.where(seldom.any(axis=1), seldom.argmax(axis=1) + 1, self.max_len)
         return np.where(self._backoff[rows] > 0, first, self.max_len)
+
+    def untried(self, rids: list[str]) -> np.ndarray:
+        """[B] bool: requests that never drafted (no evidence of their own at any position)."""
+        return self._counts[2, self.rows_for(rids), 0] == 0
+
+    def probed_short(self, rids: list[str], short: np.ndarray) -> None:
+        """The requests at ``short`` run their first probe one draft deep, cut from the deeper one their hopes
+        asked for: while their drafts pass they keep the hopes of a request never tried along the rest of their
+        chain, so the next step probes deeper (where one draft costs about a plain step, one passed draft alone
+        never justifies a second)."""
+        self._short[self.rows_for(rids)] |= np.asarray(short, dtype=bool)
 
     def observe(self, rids: list[str], proposed: np.ndarray, accepted: np.ndarray) -> None:
         """Record one verify step: request i proposed ``proposed[i]`` drafts and ``accepted[i]`` were accepted."""
@@ -229,6 +245,7 @@ class AcceptanceTracker:
                                        backoff)
         self._idle[rows] = np.where(observed, 0.0, self._idle[rows] + 1.0)
         self._steps[rows] += 1.0
+        self._short[rows] &= ~drafted | ((accepted == proposed) & (proposed <= 1))  # ends at a failure or deeper
 
     def forget(self, rid: str) -> None:
         """Free a finished request's row; its own acceptance joins the server-wide prior first, as one vote if it

@@ -24,7 +24,11 @@ depth at every batch bucket, each shape's second and later runs (its first pays 
 cost model's profile prior, fitted when the first real batch is decided; on a GPU they replace the eager start-up
 profile, which is launch-bound there (engine/step.py).
 A step decides on the optimistic estimates of one request only (``EXPLORED_PER_STEP``), the posterior means of the
-rest: each request is probed in turn, and the hopes of a whole batch do not add up to a deep step.
+rest: each request is probed in turn, and the hopes of a whole batch do not add up to a deep step. Probes are
+short: a request in back-off is probed one draft deep (``AcceptanceTracker.probe_limits``), and so is a new request
+that hope alone drafts (the posterior means would give it no drafts); while its drafts pass, it keeps a new
+request's hopes along the rest of its chain (``probed_short``), so a sure request drafts deep from its second step
+and a doomed one pays a one-draft step instead of a full-depth one (several plain steps at small batches on CPU).
 """
 
 from __future__ import annotations
@@ -204,8 +208,15 @@ class LengthController:
         resume = None if backlog is None else self.cost.catch_up_ms(backlog) / RESUME_HORIZON
         plan = self.policy.plan(probs, limit, mins, self.cost, uniform=uniform, weights=weights, context=context,
                                 resume_ms=resume, sure_probs=means)
-        if self.config.mode is Mode.ADAPTIVE and plan.lengths.max(initial=0) > 1:  # back-off probes: one deep
+        if self.config.mode is Mode.ADAPTIVE and plan.lengths.max(initial=0) > 1:  # probes: one draft deep
             limits = self.tracker.probe_limits(rids)
+            hoped = self.tracker.untried(rids) & (plan.lengths > 1) & (limits > 1)
+            if hoped.any():  # a new request drafted deeper than the means alone would draft it: its first draft
+                on_means = self.policy.plan(means, limit, mins, self.cost, uniform=uniform, weights=weights,
+                                            context=context, resume_ms=resume, sure_probs=means).lengths
+                short = hoped & (on_means == 0)
+                limits = np.where(short, 1, limits)
+                self.tracker.probed_short(rids, short)
             if uniform:
                 limits[:] = limits.max()
             if (plan.lengths > limits).any():

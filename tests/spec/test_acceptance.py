@@ -216,3 +216,23 @@ def test_a_new_request_starts_at_the_back_off_finished_requests_ended_with():
     for i in range(6):
         run(f"sure-{i}", 5, probes=4)
     assert tracker.probe_limits(["after-sure"]).tolist() == [5]
+
+
+def test_a_short_first_probe_keeps_a_new_requests_hopes_along_its_chain_while_it_passes():
+    """A new request probed one draft deep instead of the depth its hopes asked for (``probed_short``): once that
+    draft passes it hopes along the rest of its chain, like a request never tried; a failure, or a deeper
+    draft, ends that (then only the first position it has seldom tried gets the bonus)."""
+    tracker = AcceptanceTracker(max_len=4, prior=0.3)
+    rids = ["short-pass", "short-fail", "plain-pass"]
+    tracker.probed_short(rids, np.array([True, True, False]))
+    tracker.observe(rids, proposed=np.array([1, 1, 1]), accepted=np.array([1, 0, 1]))
+    means, hopes = tracker.estimates(rids)
+    assert (hopes[0, 1:] > means[0, 1:]).all()
+    for row in (1, 2):  # bonus at the first position seldom tried only
+        assert hopes[row, 1] > means[row, 1] and (hopes[row, 2:] == means[row, 2:]).all()
+    tracker.observe(["short-pass"], proposed=np.array([3]), accepted=np.array([3]))
+    means, hopes = tracker.estimates(["short-pass"])
+    assert hopes[0, 3] > means[0, 3] and hopes[0, 1] == means[0, 1]
+    tracker.observe(["short-pass"], proposed=np.array([4]), accepted=np.array([4]))
+    means, hopes = tracker.estimates(["short-pass"])
+    assert (hopes == means).all()  # every position tried lately: no bonus left
