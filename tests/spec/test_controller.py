@@ -360,3 +360,22 @@ def test_a_start_up_sweep_sample_read_steps_late_still_joins_the_prior():
     assert (len(cost.samples(DRAFT, online=False)[1]), len(cost.samples(DRAFT)[1])) == (prior + 1, online)
     controller.record_phase(DRAFT, 1, 2, 5.0, rows=1, drafting=1)  # default: the last decided step's
     assert (len(cost.samples(DRAFT, online=False)[1]), len(cost.samples(DRAFT)[1])) == (prior + 1, online + 1)
+
+
+def test_one_requests_hope_drafts_that_request_alone():
+    """Three requests whose first two drafts pass 40 % of the time each (the deep cycle pair's fitted costs: on
+    their means, drafting does not pay) and a new one: a step that drafts on one request's hope drafts that
+    request alone, the others keep their means' length 0. Before, the uniform plan one hope lifted drafted all
+    four (lengths 3, 3, 3, 1 in this sequence)."""
+    cost = StepCostModel(verify_coef=[12.41, 0.0, 0.78, 0.0027], draft_coef=[1.40, 4.47, 0.0, 1.72, 0.0])
+    controller = LengthController(FaserConfig(max_len=5), window=5, cost=cost, calibration_sweeps=0)
+    old, rng = ["a", "b", "c"], np.random.default_rng(0)
+    for _ in range(12):
+        accepted = [int(np.argmin(np.append(rng.random(2) < 0.4, False))) for _ in old]
+        controller.tracker.observe(old, proposed=np.array([2, 2, 2]), accepted=np.array(accepted))
+    drafting = []
+    for _ in range(8):
+        decision = controller.decide(old + ["new"])
+        drafting.append(int(np.count_nonzero(decision.lengths)))
+        controller.observe(np.zeros(4, dtype=np.int64))
+    assert max(drafting) == 1, drafting
