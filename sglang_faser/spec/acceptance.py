@@ -194,7 +194,7 @@ class AcceptanceTracker:
         seldom = self._counts[0, rows] + self._counts[1, rows] < 1.0
         # the first such position: probe one deeper at a time; a request never tried at all is uncertain all
         # along its chain, and one draft seldom pays alone; it may be what finished requests were (their spread)
-        untried = self._counts[2, rows, :1] == 0
+        untried = self._never_drafted(rows)[:, None]
         probe = seldom & ((np.cumsum(seldom, axis=1) == 1) | untried | self._short[rows, None])
         if untried.any():  # most steps of a long-running batch have none
             centre, spread = self.untried_by_position()
@@ -214,7 +214,10 @@ class AcceptanceTracker:
 
     def untried(self, rids: list[str]) -> np.ndarray:
         """[B] bool: requests that never drafted (no evidence of their own at any position)."""
-        return self._counts[2, self.rows_for(rids), 0] == 0
+        return self._never_drafted(self.rows_for(rids))
+
+    def _never_drafted(self, rows: np.ndarray) -> np.ndarray:
+        return self._counts[2, rows, 0] == 0
 
     def probed_short(self, rids: list[str], short: np.ndarray) -> None:
         """The requests at ``short`` run their first probe one draft deep, cut from the deeper one their hopes

@@ -373,9 +373,10 @@ def test_one_requests_hope_drafts_that_request_alone():
     for _ in range(12):
         accepted = [int(np.argmin(np.append(rng.random(2) < 0.4, False))) for _ in old]
         controller.tracker.observe(old, proposed=np.array([2, 2, 2]), accepted=np.array(accepted))
-    drafting = []
+    plans = []
     for _ in range(8):
         decision = controller.decide(old + ["new"])
-        drafting.append(int(np.count_nonzero(decision.lengths)))
+        plans.append(decision.lengths.tolist())
         controller.observe(np.zeros(4, dtype=np.int64))
-    assert max(drafting) == 1, drafting
+    drafted = [lengths for lengths in plans if any(lengths)]
+    assert drafted and all(lengths == [0, 0, 0, 1] for lengths in drafted), plans
