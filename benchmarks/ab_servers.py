@@ -19,7 +19,8 @@ text, embedded default pair, EAGLE, window 7), 1 / 4 / 32 requests in flight; ``
 arriving as a Poisson process of 16 requests/s (the regret table's cell); ``batch1-sure`` / ``batch1-doomed``: one
 request at a time on the tiny cycle pair (STANDALONE, window 5) whose drafts always / never pass; ``deep1-sure`` /
 ``deep1-doomed``: the same on the deep cycle pair (a 12-layer target, a 1-layer draft: a draft step costs a
-fraction of a target step).
+fraction of a target step); ``deep-c4`` / ``deep-c16``: the deep pair's cycle prompts (half sure, half doomed, the
+serving benchmark's ``--prompts cycles``), 4 / 16 requests in flight.
 
 Where one request is in flight at a time (``mixed-c1`` and the batch-1 workloads) the requests are interleaved:
 each runs on every server in turn, the order rotating from request to request, and a repeat's tokens/s is each
@@ -52,7 +53,7 @@ from sglang_faser.server_process import ServerProcess  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 WORKLOADS = ("mixed-c1", "mixed-c4", "mixed-c32", "mixed-r16", "batch1-sure", "batch1-doomed", "deep1-sure",
-             "deep1-doomed")
+             "deep1-doomed", "deep-c4", "deep-c16")
 
 
 def flags_for(workload: str, config: str) -> list[str]:
@@ -62,7 +63,8 @@ def flags_for(workload: str, config: str) -> list[str]:
         flags = serve_configs.configurations("EAGLE", window=7)[config] + ["--max-total-tokens", "16384"]
     else:
         flags = serve_configs.configurations("STANDALONE", window=WINDOW, fixed=(1, 3, 5), adaptive=False)[config]
-        flags = cycle_flags(flags, ensure_tiny_suite(), 1, "deep" if workload.startswith("deep") else "cycle")
+        flags = cycle_flags(flags, ensure_tiny_suite(), in_flight(workload), "deep" if workload.startswith("deep")
+                            else "cycle")
     return flags + ["--faser-control", "off", "--sleep-on-idle"]
 
 
@@ -73,12 +75,19 @@ def base_env(tree: Path) -> dict[str, str]:
             "PYTHONSAFEPATH": "1"}
 
 
+def in_flight(workload: str) -> int:
+    """Requests a workload keeps in flight (1 for the batch-1 workloads; 32 where they arrive at a rate)."""
+    load = workload.split("-")[1]
+    return int(load[1:]) if load[0] == "c" else 32 if load[0] == "r" else 1
+
+
 def runner(workload: str, args):
     """One repeat's load against a server URL, where several requests are in flight: (tokens, seconds)."""
     load = workload.split("-")[1]  # c<in flight> or r<requests/s>
     rate = float(load[1:]) if load[0] == "r" else float("inf")
     concurrency = int(load[1:]) if load[0] == "c" else None
-    requests = serve_workload.build(args.requests, rate, "poisson", args.max_new_tokens, 0, 2.0, "mixed")
+    prompts = "cycles" if workload.startswith("deep") else "mixed"
+    requests = serve_workload.build(args.requests, rate, "poisson", args.max_new_tokens, 0, 2.0, prompts)
 
     def run(url: str) -> tuple[int, float]:
         results, wall = drive(url, requests, None, max_concurrency=concurrency)
@@ -87,7 +96,7 @@ def runner(workload: str, args):
 
 
 def one_at_a_time(workload: str) -> bool:
-    return not workload.startswith("mixed") or workload == "mixed-c1"
+    return in_flight(workload) == 1
 
 
 def request_jobs(workload: str, args) -> list:
@@ -133,7 +142,7 @@ def main() -> None:
                         "(a server process keeps its own speed, a few %% either way, as long as it runs)")
     parser.add_argument("--tag", help="results file suffix (default: the workload)")
     args = parser.parse_args()
-    batch1 = not args.workload.startswith("mixed")
+    batch1 = args.workload.startswith(("batch1", "deep1"))
     args.requests = args.requests or (4 if batch1 else 48)
     args.max_new_tokens = args.max_new_tokens or (256 if batch1 else 64)
     revision, tree = None, None

@@ -195,6 +195,45 @@ def test_extend_full_mask():
     torch.testing.assert_close(o.double(), ref, atol=1e-5, rtol=1e-5)
 
 
+def test_a_row_that_sees_no_key_gets_zeros():
+    gen, k_buf, v_buf, req_to_token = _setup(2, 12, 30, 2, seed=3)
+    n, pools, seq_lens = 3, [0, 1], [5, 7]
+    full = [torch.rand(n, s, generator=gen) > 0.4 for s in seq_lens]
+    for block in full:
+        block[:, 0] = True
+    full[1][2] = False  # request 1's last row sees nothing
+    q = torch.randn(2 * n, 2, D)
+    o, starts = _extend(q, k_buf, v_buf, req_to_token, pools, seq_lens, [n, n],
+                        tree_mask=torch.cat([block.flatten() for block in full]))
+    assert torch.equal(o[starts[1] + 2], torch.zeros_like(o[0]))
+    assert torch.isfinite(o).all() and o[: starts[1] + 2].abs().sum() > 0
+
+
+def test_one_layout_serves_every_layer_of_a_pass_and_a_new_pass_builds_its_own():
+    """The keys and masks a verify pass reads are built by its first layer and reused by the others; the table
+    a request's keys come from may change between passes (a new request in a freed row), with or without a
+    version bump, and each pass must read its own."""
+    _, k_buf, v_buf, req_to_token = _setup(3, 16, 64, 2, seed=5)
+    layers = [(k_buf, v_buf), (k_buf.clone(), v_buf.clone() * 2)]
+    pools, seq_lens, ext = [2, 0], [9, 6], [3, 3]
+    q = torch.randn(6, 4, D)
+
+    def naive(table, layer):
+        return _naive(q, *layer, table, pools, seq_lens, [0, 3], ext,
+                      lambda b, j, pos: pos <= seq_lens[b] - ext[b] + j, sm_scale=SM_SCALE, logit_cap=0.0)
+
+    def check(table):
+        for layer in layers:
+            o, _ = _extend(q, *layer, table, pools, seq_lens, ext)
+            torch.testing.assert_close(o.double(), naive(table, layer), atol=1e-5, rtol=1e-5)
+
+    check(req_to_token)
+    req_to_token[2] = torch.flip(req_to_token[2], [0])  # a write: the table's version moves
+    check(req_to_token)
+    req_to_token.data[0] = torch.roll(req_to_token[0], 3)  # a write the version does not see: a new pass
+    check(req_to_token)
+
+
 def test_extend_logit_cap_and_non_causal():
     _, k_buf, v_buf, req_to_token = _setup(1, 10, 10, 1, seed=4)
     q = torch.randn(6, 2, D) * 4  # large logits so the cap matters

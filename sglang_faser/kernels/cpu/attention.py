@@ -10,6 +10,8 @@ wrong.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 _NO_MASK, _CAUSAL, _QLEN_ONLY, _FULL = "none", "causal", "qlen_only", "full"
@@ -65,28 +67,59 @@ def _attend(
     return torch.einsum("hml,hld->mhd", probs, v)
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """Which keys each padded query row reads and sees: the same for every layer of one forward pass, so it is
+    built once and reused (rebuilt in every layer it was a third of the attention's time in a CPU verify pass)."""
+
+    slots: torch.Tensor  # [B, L] KV-cache rows of each request's first L keys (0 where past its length)
+    seen: torch.Tensor  # [B, 1, E|1, L] bool: key visible to the query row (an SDPA mask, heads broadcast)
+    blind: torch.Tensor | None  # [B, E] rows that see no key (their output is zeros), or None when none
+
+
+_memo: list = [None, None, set()]  # the last layout built: [its key, the _Layout, the layers' KV caches it served]
+
+
+def _layout(req_to_token, pools: torch.Tensor, seq_lens: torch.Tensor, visible, key: tuple,
+            layer_cache: torch.Tensor) -> _Layout:
+    """The layout of ``pools`` / ``seq_lens`` (``visible``: a function giving the [B, E, L] mask, or None), reused
+    while the calls are one forward pass's: the same inputs (``key`` names them, with the table's version), each
+    from another layer (``layer_cache``: the layer's KV cache). A layer seen again starts a new pass, so a layout
+    never outlives the pass it was built for (a table written for a new request, or a freed one's memory reused
+    with the same numbers, cannot be read through an old layout)."""
+    key = (*key, req_to_token.data_ptr(), req_to_token._version)
+    layer = layer_cache.data_ptr()
+    if _memo[0] == key and layer not in _memo[2]:
+        _memo[2].add(layer)
+        return _memo[1]
+    longest = int(seq_lens.max())
+    present = torch.arange(longest)[None, :] < seq_lens[:, None]  # [B, L]
+    slots = torch.where(present, req_to_token[pools, :longest].to(torch.int64), 0)
+    mask = visible(longest) if visible is not None else None
+    seen = present[:, None, :] if mask is None else mask & present[:, None, :]  # [B, E|1, L]
+    blind = ~seen.any(dim=-1)
+    layout = _Layout(slots, seen[:, None], blind if bool(blind.any()) else None)
+    _memo[:] = [key, layout, {layer}]
+    return layout
+
+
 def _attend_padded(
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     key_scale: float,
     value_scale: float,
-    req_to_token: torch.Tensor,
-    pools: torch.Tensor,
-    seq_lens: torch.Tensor,
-    visible: torch.Tensor | None,
+    layout: _Layout,
     sm_scale: float,
     logit_cap: float,
 ) -> torch.Tensor:
-    """Every request's query rows at once: ``q [B, E, H, D]`` (rows padded to the most any request has) over each
-    request's first ``seq_lens[b]`` keys (padded to the longest and masked), ``visible [B, E, L]`` or None
-    (every key of the request). Returns float32 ``[B, E, H, Dv]``; a row that sees no key gets zeros."""
+    """Every request's query rows at once: ``q [B, E, H, D]`` (rows padded to the most any request has) over the
+    keys ``layout`` names (padded to the longest request and masked). Returns float32 ``[B, E, H, Dv]``; a row
+    that sees no key gets zeros."""
     bs, rows, num_heads = q.shape[0], q.shape[1], q.shape[2]
-    longest = int(seq_lens.max())
-    present = torch.arange(longest)[None, :] < seq_lens[:, None]  # [B, L]
-    slots = torch.where(present, req_to_token[pools, :longest].to(torch.int64), 0)
-    k = k_cache[slots].to(torch.float32)  # [B, L, H_kv, D]
-    v = v_cache[slots].to(torch.float32)
+    flat = layout.slots.view(-1)  # index_select: several times faster than k_cache[slots] on CPU
+    k = k_cache.index_select(0, flat).view(bs, -1, *k_cache.shape[1:]).to(torch.float32)  # [B, L, H_kv, D]
+    v = v_cache.index_select(0, flat).view(bs, -1, *v_cache.shape[1:]).to(torch.float32)
     if key_scale != 1.0:
         k = k * key_scale
     if value_scale != 1.0:
@@ -95,14 +128,21 @@ def _attend_padded(
     group = num_heads // kv_heads
     if group * kv_heads != num_heads:
         raise ValueError(f"query heads {num_heads} are not a multiple of KV heads {kv_heads}")
-    qg = q.to(torch.float32).view(bs, rows, kv_heads, group, -1)  # query head h reads KV head h // group
-    scores = torch.einsum("bekgd,blkd->bkgel", qg, k) * sm_scale
-    if logit_cap > 0:
+    q = q.to(torch.float32)
+    if logit_cap > 0:  # a capped logit: softmax by hand
+        qg = q.view(bs, rows, kv_heads, group, -1)  # query head h reads KV head h // group
+        scores = torch.einsum("bekgd,blkd->bkgel", qg, k) * sm_scale
         scores = logit_cap * torch.tanh(scores / logit_cap)
-    seen = present[:, None, :] if visible is None else visible & present[:, None, :]  # [B, E|1, L]
-    scores = scores.masked_fill(~seen[:, None, None], float("-inf"))
-    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-    return torch.einsum("bkgel,blkd->bekgd", probs, v).reshape(bs, rows, num_heads, -1)
+        scores = scores.masked_fill(~layout.seen[:, :, None], float("-inf"))
+        probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+        return torch.einsum("bkgel,blkd->bekgd", probs, v).reshape(bs, rows, num_heads, -1)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=layout.seen, scale=sm_scale,
+        enable_gqa=group > 1)  # [B, H, E, Dv]
+    out = out.transpose(1, 2)
+    if layout.blind is not None:
+        out = out.masked_fill(layout.blind[:, :, None, None], 0.0)
+    return out
 
 
 def decode_attention_cpu(
@@ -144,9 +184,10 @@ def decode_attention_cpu(
     bs = query.shape[0]
     if bs == 0:
         return
-    out = _attend_padded(query[:, None], k_cache, v_cache, key_scale, value_scale, req_to_token,
-                         req_pool_indices.reshape(-1)[:bs].to(torch.int64), seq_lens.reshape(-1)[:bs].to(torch.int64),
-                         None, sm_scale, logit_cap)
+    pools, lens = req_pool_indices.reshape(-1)[:bs].to(torch.int64), seq_lens.reshape(-1)[:bs].to(torch.int64)
+    layout = _layout(req_to_token, pools, lens, None, ("decode", tuple(pools.tolist()), tuple(lens.tolist())),
+                     k_cache)
+    out = _attend_padded(query[:, None], k_cache, v_cache, key_scale, value_scale, layout, sm_scale, logit_cap)
     output[:bs] = out[:, 0].to(output.dtype)
 
 
@@ -201,22 +242,27 @@ def _extend_batched(q_extend, o_extend, k_buffer, v_buffer, key_scale, value_sca
                     ext_lens, starts, kind, tree_mask, sm_scale, logit_cap) -> None:
     """``extend_attention_cpu`` for short extends, all requests in one padded pass (same masks as ``_visible``)."""
     bs = len(ext_lens)
+    key = (kind, tuple(pools), tuple(lens), tuple(ext_lens), tuple(starts),
+           None if tree_mask is None or kind not in (_QLEN_ONLY, _FULL) else tree_mask.numpy().tobytes())
+    pools_t, seq = torch.tensor(pools, dtype=torch.int64), torch.tensor(lens)
     if max(ext_lens) == 1 and starts == list(range(bs)) and _one_row_sees_all(kind, tree_mask, lens):  # a decode
-        out = _attend_padded(q_extend[:bs, None], k_buffer, v_buffer, key_scale, value_scale, req_to_token,
-                             torch.tensor(pools, dtype=torch.int64), torch.tensor(lens), None, sm_scale, logit_cap)
+        layout = _layout(req_to_token, pools_t, seq, None, key, k_buffer)
+        out = _attend_padded(q_extend[:bs, None], k_buffer, v_buffer, key_scale, value_scale, layout, sm_scale,
+                             logit_cap)
         o_extend[:bs] = out[:, 0].to(o_extend.dtype)
         return
-    ext, seq = torch.tensor(ext_lens), torch.tensor(lens)
-    prefix, width, longest = seq - ext, max(ext_lens), max(lens)
+    ext = torch.tensor(ext_lens)
+    prefix, width = seq - ext, max(ext_lens)
     j = torch.arange(width)
     row_ok = j[None, :] < ext[:, None]  # [B, E]
     rows = torch.where(row_ok, torch.tensor(starts)[:, None] + j[None, :], torch.tensor(starts)[:, None])
-    key = torch.arange(longest)[None, None, :]  # [1, 1, L]
-    if kind == _NO_MASK:
-        visible = None
-    elif kind == _CAUSAL:
-        visible = key <= prefix[:, None, None] + j[None, :, None]
-    else:
+
+    def visible(longest: int) -> torch.Tensor | None:
+        key = torch.arange(longest)[None, None, :]  # [1, 1, L]
+        if kind == _NO_MASK:
+            return None
+        if kind == _CAUSAL:
+            return key <= prefix[:, None, None] + j[None, :, None]
         flat = tree_mask.reshape(-1).to(torch.bool)
         sizes = ext * ext if kind == _QLEN_ONLY else ext * seq
         offset = (torch.cumsum(sizes, 0) - sizes)[:, None, None]
@@ -224,13 +270,13 @@ def _extend_batched(q_extend, o_extend, k_buffer, v_buffer, key_scale, value_sca
             rel = key - prefix[:, None, None]
             inside = (rel >= 0) & (rel < ext[:, None, None]) & row_ok[:, :, None]
             idx = offset + j[None, :, None] * ext[:, None, None] + rel
-            visible = (rel < 0) | (inside & flat[torch.where(inside, idx, 0)])
-        else:  # FULL: [ext, prefix + ext]
-            inside = (key < seq[:, None, None]) & row_ok[:, :, None]
-            idx = offset + j[None, :, None] * seq[:, None, None] + key
-            visible = inside & flat[torch.where(inside, idx, 0)]
-    out = _attend_padded(q_extend[rows], k_buffer, v_buffer, key_scale, value_scale, req_to_token,
-                         torch.tensor(pools, dtype=torch.int64), seq, visible, sm_scale, logit_cap)
+            return (rel < 0) | (inside & flat[torch.where(inside, idx, 0)])
+        inside = (key < seq[:, None, None]) & row_ok[:, :, None]  # FULL: [ext, prefix + ext]
+        idx = offset + j[None, :, None] * seq[:, None, None] + key
+        return inside & flat[torch.where(inside, idx, 0)]
+
+    layout = _layout(req_to_token, pools_t, seq, visible, key, k_buffer)
+    out = _attend_padded(q_extend[rows], k_buffer, v_buffer, key_scale, value_scale, layout, sm_scale, logit_cap)
     o_extend[rows[row_ok]] = out[row_ok].to(o_extend.dtype)
 
 
