@@ -1,7 +1,12 @@
 """The two intel_amx attention ops (``torch.ops.sgl_kernel.{decode,extend}_attention_cpu``) in plain PyTorch.
 
-Reference numerics, not speed: per request, gather the K/V rows named by ``req_to_token`` in float32, then
-softmax(Q K^T * sm_scale) V with GQA, optional logit cap and the verify masks. The caller is
+Per request, gather the K/V rows named by ``req_to_token`` in float32, then softmax(Q K^T * sm_scale) V with GQA,
+optional logit cap and the verify masks. Decodes and short extends (verify, draft-extend) run every request in one
+padded pass through PyTorch's SDPA; which keys and rows each request reads and sees (the layout) is built by a
+forward pass's first layer and reused by the others, since on CPU with small models these small ops, not the
+arithmetic, are the cost (a 12-layer verify pass of 16 requests x 6 rows: 11-16 ms of attention before, 3.5-3.8
+after; a decode 6-8 ms before, 2.3-2.6 after; microbenchmark, one thread). Prefill extends loop per request. The
+caller is
 ``srt/layers/attention/intel_amx_backend.py`` (``forward_extend`` at :230, call at :290; ``forward_decode`` at
 :316, call at :383), which passes every argument positionally. Sliding windows, attention sinks,
 cross-attention and encoder lengths are not implemented and raise, so misuse is loud rather than silently
@@ -69,38 +74,45 @@ def _attend(
 
 @dataclass(frozen=True)
 class _Layout:
-    """Which keys each padded query row reads and sees: the same for every layer of one forward pass, so it is
-    built once and reused (rebuilt in every layer it was a third of the attention's time in a CPU verify pass)."""
+    """Which keys each padded query row reads and sees, and where the rows come from and go: the same for every
+    layer of one forward pass, so it is built once and reused (rebuilt in every layer it was a third of the
+    attention's time in a CPU verify pass)."""
 
     slots: torch.Tensor  # [B, L] KV-cache rows of each request's first L keys (0 where past its length)
     seen: torch.Tensor  # [B, 1, E|1, L] bool: key visible to the query row (an SDPA mask, heads broadcast)
     blind: torch.Tensor | None  # [B, E] rows that see no key (their output is zeros), or None when none
+    rows: torch.Tensor | None = None  # [B * E] the query row behind each padded row (None: row b is request b's)
+    real: torch.Tensor | None = None  # [R] the padded rows that are real ones (None: all are)
+    dest: torch.Tensor | None = None  # [R] where each real row's output goes
 
 
 _memo: list = [None, None, set()]  # the last layout built: [its key, the _Layout, the layers' KV caches it served]
 
 
-def _layout(req_to_token, pools: torch.Tensor, seq_lens: torch.Tensor, visible, key: tuple,
-            layer_cache: torch.Tensor) -> _Layout:
-    """The layout of ``pools`` / ``seq_lens`` (``visible``: a function giving the [B, E, L] mask, or None), reused
-    while the calls are one forward pass's: the same inputs (``key`` names them, with the table's version), each
-    from another layer (``layer_cache``: the layer's KV cache). A layer seen again starts a new pass, so a layout
-    never outlives the pass it was built for (a table written for a new request, or a freed one's memory reused
-    with the same numbers, cannot be read through an old layout)."""
+def _layout(req_to_token, key: tuple, layer_cache: torch.Tensor, build) -> _Layout:
+    """``build()``'s layout for the inputs ``key`` names, reused while the calls are one forward pass's: the same
+    inputs (with the table's version), each from another layer (``layer_cache``: the layer's KV cache). A layer
+    seen again starts a new pass, so a layout never outlives the pass it was built for (a table written for a new
+    request, or a freed one's memory reused with the same numbers, cannot be read through an old layout)."""
     key = (*key, req_to_token.data_ptr(), req_to_token._version)
     layer = layer_cache.data_ptr()
     if _memo[0] == key and layer not in _memo[2]:
         _memo[2].add(layer)
         return _memo[1]
+    layout = build()
+    _memo[:] = [key, layout, {layer}]
+    return layout
+
+
+def _keys(req_to_token, pools: torch.Tensor, seq_lens: torch.Tensor, mask: torch.Tensor | None,
+          **rows) -> _Layout:
+    """The layout of requests ``pools`` with ``seq_lens`` keys; ``mask`` [B, E, L] (None: every key is seen)."""
     longest = int(seq_lens.max())
     present = torch.arange(longest)[None, :] < seq_lens[:, None]  # [B, L]
     slots = torch.where(present, req_to_token[pools, :longest].to(torch.int64), 0)
-    mask = visible(longest) if visible is not None else None
     seen = present[:, None, :] if mask is None else mask & present[:, None, :]  # [B, E|1, L]
     blind = ~seen.any(dim=-1)
-    layout = _Layout(slots, seen[:, None], blind if bool(blind.any()) else None)
-    _memo[:] = [key, layout, {layer}]
-    return layout
+    return _Layout(slots, seen[:, None], blind if bool(blind.any()) else None, **rows)
 
 
 def _attend_padded(
@@ -185,8 +197,8 @@ def decode_attention_cpu(
     if bs == 0:
         return
     pools, lens = req_pool_indices.reshape(-1)[:bs].to(torch.int64), seq_lens.reshape(-1)[:bs].to(torch.int64)
-    layout = _layout(req_to_token, pools, lens, None, ("decode", tuple(pools.tolist()), tuple(lens.tolist())),
-                     k_cache)
+    layout = _layout(req_to_token, ("decode", tuple(pools.tolist()), tuple(lens.tolist())), k_cache,
+                     lambda: _keys(req_to_token, pools, lens, None))
     out = _attend_padded(query[:, None], k_cache, v_cache, key_scale, value_scale, layout, sm_scale, logit_cap)
     output[:bs] = out[:, 0].to(output.dtype)
 
@@ -241,28 +253,41 @@ BATCHED_MAX_ROWS = 16  # longer extends (prefill) loop per request: padding B x 
 def _extend_batched(q_extend, o_extend, k_buffer, v_buffer, key_scale, value_scale, req_to_token, pools, lens,
                     ext_lens, starts, kind, tree_mask, sm_scale, logit_cap) -> None:
     """``extend_attention_cpu`` for short extends, all requests in one padded pass (same masks as ``_visible``)."""
-    bs = len(ext_lens)
     key = (kind, tuple(pools), tuple(lens), tuple(ext_lens), tuple(starts),
            None if tree_mask is None or kind not in (_QLEN_ONLY, _FULL) else tree_mask.numpy().tobytes())
-    pools_t, seq = torch.tensor(pools, dtype=torch.int64), torch.tensor(lens)
-    if max(ext_lens) == 1 and starts == list(range(bs)) and _one_row_sees_all(kind, tree_mask, lens):  # a decode
-        layout = _layout(req_to_token, pools_t, seq, None, key, k_buffer)
+    layout = _layout(req_to_token, key, k_buffer,
+                     lambda: _extend_layout(req_to_token, pools, lens, ext_lens, starts, kind, tree_mask))
+    bs = len(ext_lens)
+    if layout.rows is None:  # a decode: one row per request, request b's is row b
         out = _attend_padded(q_extend[:bs, None], k_buffer, v_buffer, key_scale, value_scale, layout, sm_scale,
                              logit_cap)
         o_extend[:bs] = out[:, 0].to(o_extend.dtype)
         return
+    q = q_extend.index_select(0, layout.rows).view(bs, -1, *q_extend.shape[1:])
+    out = _attend_padded(q, k_buffer, v_buffer, key_scale, value_scale, layout, sm_scale, logit_cap)
+    out = out.reshape(-1, *out.shape[2:])
+    if layout.real is not None:
+        out = out.index_select(0, layout.real)
+    o_extend.index_copy_(0, layout.dest, out.to(o_extend.dtype))
+
+
+def _extend_layout(req_to_token, pools, lens, ext_lens, starts, kind, tree_mask) -> _Layout:
+    """An extend's layout: its rows padded to the longest extend, each seeing what ``_visible`` gives it."""
+    bs = len(ext_lens)
+    pools_t, seq = torch.tensor(pools, dtype=torch.int64), torch.tensor(lens)
+    if max(ext_lens) == 1 and starts == list(range(bs)) and _one_row_sees_all(kind, tree_mask, lens):  # a decode
+        return _keys(req_to_token, pools_t, seq, None)
     ext = torch.tensor(ext_lens)
-    prefix, width = seq - ext, max(ext_lens)
+    prefix, width, longest = seq - ext, max(ext_lens), max(lens)
     j = torch.arange(width)
     row_ok = j[None, :] < ext[:, None]  # [B, E]
     rows = torch.where(row_ok, torch.tensor(starts)[:, None] + j[None, :], torch.tensor(starts)[:, None])
-
-    def visible(longest: int) -> torch.Tensor | None:
-        key = torch.arange(longest)[None, None, :]  # [1, 1, L]
-        if kind == _NO_MASK:
-            return None
-        if kind == _CAUSAL:
-            return key <= prefix[:, None, None] + j[None, :, None]
+    key = torch.arange(longest)[None, None, :]  # [1, 1, L]
+    if kind == _NO_MASK:
+        visible = None
+    elif kind == _CAUSAL:
+        visible = key <= prefix[:, None, None] + j[None, :, None]
+    else:
         flat = tree_mask.reshape(-1).to(torch.bool)
         sizes = ext * ext if kind == _QLEN_ONLY else ext * seq
         offset = (torch.cumsum(sizes, 0) - sizes)[:, None, None]
@@ -270,14 +295,14 @@ def _extend_batched(q_extend, o_extend, k_buffer, v_buffer, key_scale, value_sca
             rel = key - prefix[:, None, None]
             inside = (rel >= 0) & (rel < ext[:, None, None]) & row_ok[:, :, None]
             idx = offset + j[None, :, None] * ext[:, None, None] + rel
-            return (rel < 0) | (inside & flat[torch.where(inside, idx, 0)])
-        inside = (key < seq[:, None, None]) & row_ok[:, :, None]  # FULL: [ext, prefix + ext]
-        idx = offset + j[None, :, None] * seq[:, None, None] + key
-        return inside & flat[torch.where(inside, idx, 0)]
-
-    layout = _layout(req_to_token, pools_t, seq, visible, key, k_buffer)
-    out = _attend_padded(q_extend[rows], k_buffer, v_buffer, key_scale, value_scale, layout, sm_scale, logit_cap)
-    o_extend[rows[row_ok]] = out[row_ok].to(o_extend.dtype)
+            visible = (rel < 0) | (inside & flat[torch.where(inside, idx, 0)])
+        else:  # FULL: [ext, prefix + ext]
+            inside = (key < seq[:, None, None]) & row_ok[:, :, None]
+            idx = offset + j[None, :, None] * seq[:, None, None] + key
+            visible = inside & flat[torch.where(inside, idx, 0)]
+    real = torch.nonzero(row_ok.reshape(-1)).reshape(-1)
+    return _keys(req_to_token, pools_t, seq, visible, rows=rows.reshape(-1),
+                 real=None if len(real) == row_ok.numel() else real, dest=rows.reshape(-1)[real])
 
 
 def extend_attention_cpu(
