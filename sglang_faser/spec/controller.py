@@ -246,8 +246,9 @@ class LengthController:
             if not uniform:
                 lengths = np.where(explored, lengths, on_means)
             short = explored & self.tracker.untried(rids) & (on_means == 0) & (limits > 1)
-            limits = np.where(short, 1, limits)
-            self.tracker.probed_short(rids, short)
+            if short.any():
+                limits = np.where(short, 1, limits)
+                self.tracker.probed_short(rids, short)
         if uniform:
             limits[:] = limits.max()
         lengths = np.maximum(np.minimum(lengths, limits), mins)

@@ -40,6 +40,10 @@ def test_flags_follow_the_workload_and_the_configuration():
     mixed = ab_servers.flags_for("mixed-c4", "faser")
     assert "EAGLE" in mixed and mixed[mixed.index("--speculative-num-steps") + 1] == "7"
     assert "--sleep-on-idle" in mixed  # every server is up at once: idle ones must not poll
+    busy = ab_servers.flags_for("deep-c16", "faser")
+    assert busy[busy.index("--max-running-requests") + 1] == "16"
+    assert [ab_servers.one_at_a_time(w) for w in ("deep1-sure", "mixed-c1", "deep-c16", "mixed-r16")] == [
+        True, True, False, False]
 
 
 def test_report_gives_medians_and_their_ratios(tmp_path, monkeypatch):
