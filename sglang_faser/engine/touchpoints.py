@@ -143,6 +143,18 @@ def enable_cpu_speculative_sampling() -> None:
     eagle_utils._faser_cpu_sampling = True
 
 
+def eager_draft_top_k_on_cpu() -> None:
+    """Run SGLang's draft token pick (``spec_utils._select_top_k_tokens_later``, ``torch.compile(dynamic=True)``)
+    eagerly on CPU (idempotent). On a GPU its compiles happen in CUDA-graph capture at start-up; on CPU nothing
+    captures it, so a server's first steps that drafted two tokens or more stalled for its compiles (3.2 s at batch
+    1 and 0.5 s more at batch 2 with a draft's hidden state, the same again without), and the compiled call costs
+    more than the eager one at these sizes (52-65 against 24-49 us, batches of 1-16, one thread)."""
+    from sglang.srt.speculative import spec_utils
+
+    compiled = spec_utils._select_top_k_tokens_later
+    spec_utils._select_top_k_tokens_later = getattr(compiled, "__wrapped__", compiled)
+
+
 def decode_graphs_disabled() -> bool:
     """Whether decode CUDA graphs are off (always so in practice on CPU, where none can be captured)."""
     from sglang.srt.model_executor.cuda_graph_config import Backend, Phase, check_cuda_graph_backend

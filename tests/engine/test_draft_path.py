@@ -93,3 +93,27 @@ def test_chains_are_cut_at_each_requests_length_with_rows_chosen_on_the_host(mon
     touchpoints.cut_chains(SimpleNamespace(retrieve_next_token=next_token), np.array([0, 3, 2]))
     assert next_token.tolist() == [[-1, 2, 3, -1], [1, 2, 3, -1], [1, 2, -1, -1]]
     assert touchpoints.host_to_device([4, 5], "cpu").tolist() == [4, 5]
+
+
+def test_the_draft_token_pick_runs_eagerly_on_cpu_with_the_compiled_ones_results(monkeypatch):
+    """SGLang compiles its draft token pick; on CPU nothing captures it at start-up, so FASER's plugin runs the
+    function it wraps (the same code, eagerly): its results are the compiled one's."""
+    from sglang.srt.speculative import spec_utils
+
+    from sglang_faser.engine import touchpoints
+
+    compiled = spec_utils._select_top_k_tokens_later
+    monkeypatch.setattr(spec_utils, "_select_top_k_tokens_later", compiled)
+    touchpoints.eager_draft_top_k_on_cpu()
+    touchpoints.eager_draft_top_k_on_cpu()  # idempotent
+    eager = spec_utils._select_top_k_tokens_later
+    assert eager is not compiled and eager is getattr(compiled, "__wrapped__", None)
+    assert not hasattr(eager, "_torchdynamo_orig_callable")
+    torch.manual_seed(0)
+    topk_p, scores, hidden = torch.rand(3, 1), torch.rand(3, 1), torch.rand(3, 8)
+    topk_index = torch.randint(0, 50, (3, 1))
+    want = spec_utils.select_top_k_tokens(2, topk_p, topk_index, hidden, scores, 1)  # through the module global
+    monkeypatch.setattr(spec_utils, "_select_top_k_tokens_later", compiled)
+    got = spec_utils.select_top_k_tokens(2, topk_p, topk_index, hidden, scores, 1)
+    for a, b in zip(torch.utils._pytree.tree_leaves(want), torch.utils._pytree.tree_leaves(got)):
+        assert torch.equal(a, b)
