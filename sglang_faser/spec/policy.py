@@ -18,9 +18,7 @@ more and it is not starved of speculation by its neighbours' load. k = 0 (no spe
 inside the search space, so under the model the plan never loses to no speculation or (with the margins below at
 0) the best fixed length.
 ``uniform_margin``: the per-request optimum replaces the best single length only when it expects that much more
-goodput, since a mixed plan pays what the model does not price (sub-batch draft-extends, catch-ups later). Where
-that best single length is 0, whether to draft at all is ``draft_margin``'s question (a margin against parking
-too parked a deep-pair batch whose four sure requests paid 13 % over parking on their records alone).
+goodput, since a mixed plan pays what the model does not price (sub-batch draft-extends, catch-ups later).
 ``draft_margin``: likewise a plan that drafts replaces no drafts at all only when it expects that much more, or
 when it pays on the posterior means alone (``sure_probs``): the margin is for exploration's hopes, which drafted
 steps did not deliver, not for what a request's record already shows.
@@ -296,8 +294,7 @@ class GoodputPolicy(LengthPolicy):
             same_ms = ms_of(same, same.max(axis=1))
             ratio = same_tokens / np.maximum(same_ms, 1e-9)
             one = int(np.argmax(ratio))
-            # the best single length when it drafts (whether to draft at all is ``_or_rest``'s question)
-            if same[one].any() and ratio[one] * (1 + self.uniform_margin) >= chosen.goodput:
+            if ratio[one] * (1 + self.uniform_margin) >= chosen.goodput:
                 chosen = StepPlan(same[one].astype(np.int64), float(same_tokens[one]), float(same_ms[one]))
         # cap 0's plan is every request at rest (feasible: no request's floor asks for drafts)
         return self._or_rest(chosen, StepPlan(choice[0].astype(np.int64), float(tokens[0]), float(ms[0]))

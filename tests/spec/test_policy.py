@@ -279,25 +279,6 @@ def test_per_request_lengths_replace_one_length_only_when_they_expect_clearly_mo
     assert GoodputPolicy(uniform_margin=0.25).plan(apart, caps, mins, linear_cost(per_token=0.5)).lengths.tolist() == [K, 0]
 
 
-def test_the_single_length_margin_does_not_park_a_batch_whose_sure_requests_pay_for_their_drafts():
-    """``uniform_margin`` weighs per-request lengths against one length that drafts; whether to draft at all is
-    ``draft_margin``'s question, where a plan that pays on its posterior means needs no margin. Four sure requests
-    among twelve hopeless ones on the deep cycle pair's fitted costs (a drafting step about twice a parked one):
-    drafting the four alone expects about 13 % more than parking all sixteen, below 25 %, and parking them all is
-    what a margin against every single length, 0 included, chose."""
-    cost = StepCostModel(verify_coef=[11.46, 0.0, 0.111, 0.0], draft_coef=[1.24, 4.25, 0.0, 1.0, 0.11])
-    cost.draft_cut = True
-    accept = np.zeros((16, 5))
-    accept[::4] = 0.99
-    caps, mins = np.full(16, 5), np.zeros(16, dtype=np.int64)
-    rest = FixedPolicy(0).plan(accept, caps, mins, cost)
-    sure = np.where(np.arange(16) % 4 == 0, 5, 0)
-    tokens, ms = evaluate(accept, sure, cost)
-    assert rest.goodput * 1.1 < tokens / ms < rest.goodput * 1.25
-    chosen = GoodputPolicy(uniform_margin=0.25, draft_margin=0.1).plan(accept, caps, mins, cost, sure_probs=accept)
-    assert chosen.lengths.tolist() == sure.tolist()
-
-
 @pytest.mark.parametrize("uniform", [False, True])
 def test_drafting_replaces_no_drafts_only_when_it_expects_clearly_more(uniform):
     """``draft_margin``: a plan that drafts must expect that much more goodput than every request at length 0
