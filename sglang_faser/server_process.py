@@ -19,6 +19,8 @@ from pathlib import Path
 import requests
 
 
+ROOT = Path(__file__).resolve().parent.parent  # the tree this ``sglang_faser`` was imported from
+
 # uvicorn's message for a taken HTTP port, and the launcher's for a taken control port
 _BIND_FAILED = (b"error while attempting to bind", b"could not start (Failed to bind")
 
@@ -93,11 +95,18 @@ class ServerProcess:
                 self._assign_ports()
         raise AssertionError("unreachable")
 
+    def child_env(self) -> dict[str, str]:
+        """The server's environment: this process's, with this ``sglang_faser``'s tree first on the path (and
+        PYTHONSAFEPATH, so ``python -m`` does not put the working directory before it), then the caller's
+        variables. A benchmark run from a git worktree otherwise served the code the editable install points
+        at, whatever was being edited there."""
+        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        return {**os.environ, "PYTHONPATH": path, "PYTHONSAFEPATH": "1", **self._env}
+
     def _start_once(self, timeout: float) -> ServerProcess:
         self._log = open(self.log_path, "wb") if self.log_path else subprocess.PIPE
         self.proc = subprocess.Popen(
-            self.args, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, **self._env},
+            self.args, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True, env=self.child_env(),
         )
         if self._log is subprocess.PIPE:  # no log kept: drain the pipe, remembering only a bind failure
             self._bind_failed = False
