@@ -47,8 +47,9 @@ a depth not yet run in a bucket takes the mean of the depths that were (the load
 depth alike), a bucket not yet seen the mean over all buckets, and a depth run once or long ago leans towards
 its bucket's mean.
 
-Profile samples stay as a prior; online samples live in a sliding window, so the fit follows load and thermal
-drift without forgetting the shape the profile established. One-off stalls are dropped by comparing each sample
+Profile samples stay as a prior, weighing as much as the online samples together; online samples live in a
+sliding window, so the fit follows load and thermal drift without forgetting the shape the profile established
+(the window often holds one batch size at one or two depths, which cannot tell fixed costs from costs per row). One-off stalls are dropped by comparing each sample
 with what the current fit predicts for its own shape and with the typical sample of its batch-size bucket, so a
 burst's large-batch steps (slow, but as slow as their shape says) are kept, even before the fit has seen a batch
 that large.
@@ -71,6 +72,7 @@ RESIDUAL_CLIP = 0.4  # how far (in log) one step may pull that mean's sample fro
 RESIDUAL_PSEUDO = 1.0  # steps' worth of the bucket's mean a depth's own residual is weighed against
 RESIDUAL_AGE = 0.98  # per step since a depth last ran: how much its own residual still counts
 LOCAL_WEIGHT = 0.25  # a sample's weight in the fit for a batch-size bucket, per bucket away from it
+PRIOR_SHARE = 1.0  # the profile prior's weight in a refit, relative to the online window's samples together
 RIDGE = 1e-4  # penalty on the per-request terms, relative to each term's own sum of squares
 
 
@@ -211,7 +213,8 @@ class StepCostModel:
         self._prior = {phase: _Samples(w) for phase, w in widths.items()}  # the start-up profile
         self._online = {phase: _Samples(w, limit=self.window) for phase, w in widths.items()}  # the latest steps
         self._local: dict[str, dict[int, np.ndarray]] = {VERIFY: {}, DRAFT: {}}  # batch bucket -> coefficients
-        self._kept_samples: dict[str, tuple | None] = {VERIFY: None, DRAFT: None}  # (x, y, bucket) of the last refit
+        # (x, y, bucket, weight) of the last refit
+        self._kept_samples: dict[str, tuple | None] = {VERIFY: None, DRAFT: None}
         self._since_refit = 0
         self._catch_ups: deque = deque(maxlen=CATCH_UP_WINDOW)  # (rows, ms)
         # batch bucket -> depth -> [mean log(measured / modelled), steps, the step it last ran]
@@ -240,9 +243,9 @@ class StepCostModel:
         no sample in the bucket itself, the nearest buckets' samples dominate it."""
         local = self._local[phase]
         if bucket not in local:
-            x, y, buckets = self._kept_samples[phase]
+            x, y, buckets, weight = self._kept_samples[phase]
             fitted = self.verify_coef if phase == VERIFY else self.draft_coef
-            weight = LOCAL_WEIGHT ** np.abs(buckets - bucket).astype(float)
+            weight = weight * LOCAL_WEIGHT ** np.abs(buckets - bucket).astype(float)
             local[bucket] = _fit_nonnegative(x, y, fitted, PER_REQUEST[phase], weight=weight)
         return local[bucket]
 
@@ -381,17 +384,24 @@ class StepCostModel:
         for phase in (VERIFY, DRAFT):
             if not len(self._prior[phase]) + len(self._online[phase]):
                 continue
-            x, y, batch = (np.concatenate(pair) for pair in zip(self._prior[phase].arrays(),
-                                                                 self._online[phase].arrays()))
+            prior, online = self._prior[phase].arrays(), self._online[phase].arrays()
+            x, y, batch = (np.concatenate(pair) for pair in zip(prior, online))
+            # the profile's samples weigh as much as the online window's together: the window often holds one
+            # batch size at one or two depths, whose rows alone cannot tell a pass's fixed cost from its cost per
+            # row (16 requests drafting 4-5 deep on a machine that slowed down meanwhile fitted 1.2 ms + 0.15 ms a
+            # row where the refit before had 11.5 + 0.04, and a parked step was priced at a third of its 12 ms)
+            weight = np.ones(len(y))
+            if len(prior[1]) and len(online[1]):
+                weight[:len(prior[1])] = max(1.0, PRIOR_SHARE * len(online[1]) / len(prior[1]))
             current = self.verify_coef if phase == VERIFY else self.draft_coef
             keep = _kept(x, y, batch, current)
-            x, y, bucket = x[keep], y[keep], batch_bucket(batch[keep])
-            fitted = _fit_nonnegative(x, y, current, PER_REQUEST[phase])
+            x, y, bucket, weight = x[keep], y[keep], batch_bucket(batch[keep]), weight[keep]
+            fitted = _fit_nonnegative(x, y, current, PER_REQUEST[phase], weight=weight)
             if phase == VERIFY:
                 self.verify_coef = fitted
             else:
                 self.draft_coef = fitted
-            self._kept_samples[phase] = (x, y, bucket)
+            self._kept_samples[phase] = (x, y, bucket, weight)
             self._local[phase] = {}
 
     @staticmethod

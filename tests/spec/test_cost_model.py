@@ -236,3 +236,30 @@ def test_a_bucket_long_unused_still_prices_its_depths():
     for _ in range(3000):  # only another bucket runs
         model.record_step(64, 1, 10.0, 10.0)
     assert model.depth_factor(4, 2)[1] == pytest.approx(2.0)
+
+
+def test_a_window_of_one_batch_size_at_two_depths_keeps_the_profiles_split_of_fixed_and_per_row_cost():
+    """Sixteen requests drafting 4 deep, then 5 deep while the shared machine slowed down by 40 %: every online
+    verify sample has 80 or 96 rows, and the slow-down looks like a steep cost per row. Fitted on the window alone,
+    the pass's fixed cost and its cost per row trade against each other (a server fitted 1.2 ms + 0.15 ms a row
+    where its refit before had 11.5 + 0.04, priced a parked step of 16 rows at a third of its time and parked 200
+    steps); the profile's shapes weigh as much as the window's, so a parked step keeps its price."""
+    rng = np.random.default_rng(0)
+
+    def verify_ms(batch, rows, context):
+        return 11.0 + 0.05 * batch + 0.04 * rows + 0.001 * context
+
+    model = StepCostModel()
+    for batch in (1, 2, 4, 8, 16, 32):
+        for width in (1, 2, 4, 6):
+            for prefix in (32, 256):
+                model.add_profile_sample(VERIFY, batch, batch * width, verify_ms(batch, batch * width, batch * prefix),
+                                         context=batch * prefix)
+    model.refit()
+    for step in range(256):
+        deep = step >= 128
+        rows, context = 16 * (6 if deep else 5), int(rng.integers(16 * 40, 16 * 120))
+        slow = 1.4 if deep else 1.0
+        model.record(VERIFY, 16, rows, slow * verify_ms(16, rows, context) * rng.lognormal(0.0, 0.1), context=context)
+    model.refit()
+    assert model.verify_ms(16, 16, context=16 * 80) > 0.8 * verify_ms(16, 16, 16 * 80)  # the window alone: 0.47x
