@@ -49,10 +49,10 @@ its bucket's mean.
 
 Profile samples stay as a prior, weighing as much as the online samples together; online samples live in a
 sliding window, so the fit follows load and thermal drift without forgetting the shape the profile established
-(the window often holds one batch size at one or two depths, which cannot tell fixed costs from costs per row). One-off stalls are dropped by comparing each sample
-with what the current fit predicts for its own shape and with the typical sample of its batch-size bucket, so a
-burst's large-batch steps (slow, but as slow as their shape says) are kept, even before the fit has seen a batch
-that large.
+(the window often holds one batch size at one or two depths, which cannot tell fixed costs from costs per row).
+One-off stalls are dropped by comparing each sample with what the current fit predicts for its own shape and with
+the typical sample of its batch-size bucket, so a burst's large-batch steps (slow, but as slow as their shape
+says) are kept, even before the fit has seen a batch that large.
 """
 
 from __future__ import annotations
