@@ -174,7 +174,8 @@ class FaserEngine:
         # requests that drafted nothing (k_i = 0): they catch up when they draft again, and a step where nobody
         # drafted runs no draft model at all
         sgl.publish(on_publish, result)
-        skipped = np.flatnonzero(decision.lengths == 0).tolist()
+        bs = len(view.rids)
+        skipped = list(range(bs)) if decision.depth == 0 else np.flatnonzero(decision.lengths == 0).tolist()
         if skipped:  # their rows wait in the backlog
             self.backlog.record(view.rids, skipped, *sgl.skipped_rows(self.worker, result, roots, width, skipped))
         else:
@@ -314,8 +315,9 @@ class FaserEngine:
         verify_rows = verifier.stats.planned_rows if verifier is not None else bs * width
         traced = self.trace.decided(decision) if self.trace is not None else None
         step = controller.counters.steps
-        self.clock.when_ready(marks.ended, lambda: self._record_costs(decision, draft_rows, passes, verify_rows, marks,
-                                                                      context, traced, step))
+        if decision.sampled or traced is not None:  # most held steps price nothing (``LengthController.decide``)
+            self.clock.when_ready(marks.ended, lambda: self._record_costs(decision, draft_rows, passes, verify_rows,
+                                                                          marks, context, traced, step))
         if not decision.warmup:
             self.clock.when_ready(marks.ended, lambda: self._end_step(phases, batch_size=bs))
 
@@ -353,9 +355,11 @@ class FaserEngine:
         would be launch times); a draft phase less the verify passes run inside it (frontiers)."""
         seconds = self.clock.seconds
         spans = [(name, seconds(a), seconds(b)) for name, a, b in phases]
-        verify = [(a, b) for name, a, b in spans if name == "verify"]
-        spans = [(name, a, b) for name, a, b in spans if name != "draft"] + [
-            ("draft", a, b) for name, start, end in spans if name == "draft" for a, b in subtract(start, end, verify)]
+        if any(name == "draft" for name, _, _ in spans):
+            verify = [(a, b) for name, a, b in spans if name == "verify"]
+            spans = [(name, a, b) for name, a, b in spans if name != "draft"] + [
+                ("draft", a, b) for name, start, end in spans if name == "draft"
+                for a, b in subtract(start, end, verify)]
         self.telemetry.record_step(spans, self.controller.counters, batch_size)
         now = time.monotonic()
         if self.metrics is not None and now - self._metrics_at >= 1.0:

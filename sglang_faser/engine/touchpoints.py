@@ -396,16 +396,16 @@ def plain_decode(worker, batch):
     DECODE copy of the batch: KV slot ``req_to_token[req, seq_len]``, the last verified token as input, SGLang's
     sampler) instead of a one-row TARGET_VERIFY with its verify bookkeeping. Returns (result, tokens): a result
     shaped like the one-node verify's (``_build_trivial_verify_input``: one accepted row per request, the sampled
-    token as the next bonus token) and the token each request decoded from (its row for the draft backlog)."""
+    token as the next bonus token) and the token each request decoded from (its row for the draft backlog).
+    Each tensor op here costs a small CPU batch's step about 1 % (cold caches after the forward), so the step does
+    only the ones a decode needs."""
     import torch
-    from sglang.srt.managers.utils import GenerationBatchResult
-    from sglang.srt.model_executor.forward_batch_info import ForwardMode
-    from sglang.srt.speculative.eagle_info import EagleDraftInput
 
+    result_type, decode_mode, draft_input_type = _plain_decode_types()
     bs, tokens = len(batch.reqs), batch.spec_info.bonus_tokens
     runner = worker.target_worker.model_runner
     step = copy.copy(batch)
-    step.forward_mode, step.spec_info, step.input_ids = ForwardMode.DECODE, None, tokens
+    step.forward_mode, step.spec_info, step.input_ids = decode_mode, None, tokens
     step.out_cache_loc = batch.req_to_token_pool.req_to_token[batch.req_pool_indices, batch.seq_lens].to(torch.int64)
     step.seq_lens = batch.seq_lens + 1
     step.seq_lens_cpu = None if batch.seq_lens_cpu is None else batch.seq_lens_cpu + 1
@@ -414,18 +414,44 @@ def plain_decode(worker, batch):
     capture = capture_null() if runner.spec_algorithm.is_standalone() else capture_full()
     out = worker.target_worker.forward_batch_generation(step, capture_hidden_mode=capture)
     predict = out.next_token_ids.to(torch.int32)
-    result = GenerationBatchResult(
+    accept_lens, accept_index = _one_row_each(bs, predict.device)
+    result = result_type(
         logits_output=out.logits_output,
         next_token_ids=predict,
         can_run_cuda_graph=out.can_run_cuda_graph,
         speculative_num_draft_tokens=1,
-        next_draft_input=EagleDraftInput(bonus_tokens=predict),
-        accept_lens=torch.ones(bs, dtype=torch.int32, device=predict.device),
-        accept_index=torch.arange(bs, dtype=torch.int64, device=predict.device).unsqueeze(1),
+        next_draft_input=draft_input_type(bonus_tokens=predict),
+        accept_lens=accept_lens,
+        accept_index=accept_index,
         new_seq_lens=step.seq_lens,
     )
     batch.input_ids, batch.out_cache_loc = tokens, step.out_cache_loc  # what the one-row verify leaves there
     return result, tokens
+
+
+@functools.cache
+def _plain_decode_types():
+    from sglang.srt.managers.utils import GenerationBatchResult
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.speculative.eagle_info import EagleDraftInput
+
+    return GenerationBatchResult, ForwardMode.DECODE, EagleDraftInput
+
+
+_ONE_ROW_EACH: dict = {}
+
+
+def _one_row_each(bs: int, device):
+    """(accept_lens [bs] of ones, accept_index [bs, 1] = row i) of a plain decode's result, made once per batch
+    size: SGLang only reads them (``tolist`` in its result processing, indexing elsewhere)."""
+    rows = _ONE_ROW_EACH.get((bs, device))
+    if rows is None:
+        import torch
+
+        rows = (torch.ones(bs, dtype=torch.int32, device=device),
+                torch.arange(bs, dtype=torch.int64, device=device).unsqueeze(1))
+        _ONE_ROW_EACH[bs, device] = rows
+    return rows
 
 
 def verify(worker, batch, verify_input, pp_proxy_tensors, grammar_barrier):
@@ -510,7 +536,10 @@ def skipped_rows(worker, result, roots, width: int, skipped: list[int]):
     there (indexing by a tensor copies, so a graph buffer replayed later does not change them)."""
     standalone = worker.speculative_algorithm.is_standalone()
     if width == 1 and len(skipped) == len(roots):  # a step where nobody drafted: every row, copied
-        return roots.clone(), None if standalone else result.logits_output.hidden_states[: len(roots)].clone()
+        if standalone:
+            return roots.clone(), None
+        hidden = result.logits_output.hidden_states[: len(roots)]  # an eager pass's output is its own tensor
+        return roots.clone(), hidden.clone() if result.can_run_cuda_graph else hidden
     root = host_to_device(np.asarray(skipped) * width, roots.device)
     features = None if standalone else result.logits_output.hidden_states[root]
     return roots[root], features

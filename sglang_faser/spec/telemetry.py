@@ -41,8 +41,15 @@ def _merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def busy_times(intervals: list[tuple[str, float, float]]) -> tuple[dict[str, float], float]:
-    """Per-phase busy time (own intervals merged) and the busy time of their union."""
-    per_phase = {p: sum(b - a for a, b in _merge([(s, e) for q, s, e in intervals if q == p])) for p in PHASES}
+    """Per-phase busy time (own intervals merged) and the busy time of their union (once per decode step: a phase
+    with one interval, the usual case, is summed without sorting)."""
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for phase, start, end in intervals:
+        spans.setdefault(phase, []).append((start, end))
+    per_phase = dict.fromkeys(PHASES, 0.0)
+    for phase, own in spans.items():
+        if phase in per_phase:
+            per_phase[phase] = own[0][1] - own[0][0] if len(own) == 1 else sum(b - a for a, b in _merge(own))
     union = sum(b - a for a, b in _merge([(s, e) for _, s, e in intervals]))
     return per_phase, union
 
