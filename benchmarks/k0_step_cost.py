@@ -16,6 +16,12 @@ on two cores shared with those processes, every small op waits on the other thre
 ``OMP_NUM_THREADS=1 python benchmarks/k0_step_cost.py`` (both servers inherit it, recorded in the JSON) measures
 steadier and faster steps for both.
 
+``phases``: every server's scheduler iterations timed per phase (``engine/phase_times.py``): the target's forward
+and the host work around it (requests taken in, the batch built, the worker's own code, results processed). Two
+servers of the same code run at their own speeds (forwards 10-15 % apart at batch 1 on this machine), more than the
+difference this benchmark looks for, so this view puts each server's host work around the plain server's forward:
+(plain forward + host) / (plain forward + plain host) is the step ratio with each process's own speed taken out.
+
 ``--fixed K`` adds the same comparison with speculation on: stock SGLang at K draft steps (``fixed-K``) against
 FASER's worker holding every request at K inside a window of 7 (``faser-fixed-K``: depth tiers, ragged verify, draft
 cut, decision and record all run). Both draft and accept the same tokens, so their time per token is the cost of
@@ -31,6 +37,7 @@ import os
 import re
 import statistics
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -41,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.serve.configs import deep_cycle_pair, spec_flags  # noqa: E402
+from sglang_faser.engine import phase_times  # noqa: E402
 from sglang_faser.server_process import ServerProcess  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -77,6 +85,11 @@ def server_step_ms(log: Path, start: int, batch: int) -> float | None:
     return statistics.median(batch * 1e3 / r for r in rates) if rates else None
 
 
+def host_ratio(spec: dict, plain: dict) -> float:
+    """A step of ``spec``'s host work against a plain one, both around the plain server's forward."""
+    return (plain["forward"] + spec["host"]) / (plain["forward"] + plain["host"])
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32])
@@ -109,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
         configs[f"faser-fixed-{k}"] = base + spec_flags(args.algorithm, 7, "--faser-mode", "fixed",
                                                          "--faser-fixed-len", k) + draft
         pairs.append((f"faser-fixed-{k}", f"fixed-{k}"))
-    servers = {name: ServerProcess(flags, log_path=Path(f"/tmp/k0_step_cost-{name}.log"))
+    phase_files = {name: Path(tempfile.mkdtemp(prefix="k0_step_cost-")) / "phases" for name in configs}
+    servers = {name: ServerProcess(flags, log_path=Path(f"/tmp/k0_step_cost-{name}.log"),
+                                   env={phase_times.ENV: str(phase_files[name])})
                for name, flags in configs.items()}
     samples: dict[str, dict[int, list[float]]] = {name: {b: [] for b in args.batch_sizes} for name in configs}
     server_samples: dict[str, dict[int, list[float]]] = {name: {b: [] for b in args.batch_sizes} for name in configs}
@@ -129,9 +144,13 @@ def main(argv: list[str] | None = None) -> int:
                         server_samples[name][batch].append(logged)
                     print(f"repeat {repeat} B={batch:3d} {name:15s} {ms:8.2f} ms/token (client), "
                           f"{logged or float('nan'):8.2f} ms/step (server)", flush=True)
+        time.sleep(1.5)  # the phase files are rewritten at most once a second: one more request flushes them
+        for name, server in servers.items():
+            decode_step_ms(server.url, 1, 8)
     finally:
         for server in servers.values():
             server.stop()
+    phases = {name: next(iter(phase_times.read(str(path)).values()), {}) for name, path in phase_files.items()}
     rows = []
     for batch in args.batch_sizes:
         row = {"batch": batch}
@@ -142,6 +161,13 @@ def main(argv: list[str] | None = None) -> int:
             row[view + "ms"] = {n: round(v, 3) for n, v in ms.items()}
             row[view + "ratios"] = {f"{a} / {b}": round(ms[a] / ms[b], 3) for a, b in pairs}
             row[view + "samples"] = {n: measured[n][batch] for n in configs}
+        if all(str(batch) in phases[n] for n in configs):
+            row["phases_us"] = {n: phases[n][str(batch)]["median_us"] for n in configs}
+            row["phase_steps"] = {n: phases[n][str(batch)]["steps"] for n in configs}
+            # each server's host work around its own forward, both over the plain server's forward: the process's
+            # own speed (a forward 10-15 % apart between identical servers) cancels out
+            row["host_ratios"] = {f"{a} / {b}": round(host_ratio(row["phases_us"][a], row["phases_us"][b]), 3)
+                                  for a, b in pairs}
         rows.append(row)
     md = []
     for view, title in (("", "client: time between streamed tokens"), ("server_", "server: SGLang's decode log")):
@@ -150,6 +176,14 @@ def main(argv: list[str] | None = None) -> int:
         md += [f"| {r['batch']} | " + " | ".join(f"{r[view + 'ms'][n]:.2f}" for n in configs) + " | "
                + " | ".join(f"{v:.3f}" for v in r[view + "ratios"].values()) + " |" for r in rows if view + "ms" in r]
         md.append("")
+    md += ["phases: median per scheduler iteration, us (engine/phase_times.py); host = the iteration less the "
+           "target's forward; ratio = (plain forward + host) / (plain forward + plain host)", "",
+           "| batch | " + " | ".join(f"{n} forward | {n} host" for n in configs) + " | "
+           + " | ".join(f"{a} / {b}" for a, b in pairs) + " |", "|---" * (1 + 2 * len(configs) + len(pairs)) + "|"]
+    md += [f"| {r['batch']} | " + " | ".join(f"{r['phases_us'][n]['forward']:.0f} | {r['phases_us'][n]['host']:.0f}"
+                                             for n in configs) + " | "
+           + " | ".join(f"{v:.3f}" for v in r["host_ratios"].values()) + " |" for r in rows if "phases_us" in r]
+    md.append("")
     print("\n".join(md))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"model": args.model_path or "embedded default", "algorithm": args.algorithm,

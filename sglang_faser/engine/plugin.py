@@ -41,6 +41,9 @@ def register() -> None:
     from sglang_faser.engine import synthetic_acceptance
 
     synthetic_acceptance.install()  # benchmark-only; does nothing unless its environment variable is set
+    from sglang_faser.engine import phase_times
+
+    phase_times.install_from_env()  # benchmark-only, likewise
     from sglang_faser.engine import warmup
 
     warmup.register()  # SGLang's --warmups faser_depths (the launcher adds it where a GPU serves)

@@ -33,6 +33,7 @@ re-check each entry here, then re-scan the wheel for new ``from sgl_kernel impor
 | ``Scheduler.draft_worker`` | the FASER worker the control bridge talks to |
 | ``SamplingParams.verify`` (sampling_params.py:252, tokenizer_manager.py:1567), ``SamplingParams.custom_params`` (:180), ``Req.sampling_params`` | per-request ``{"faser": {...}}`` controls: checked in the HTTP process (400 on a bad value), read by the worker |
 | ``sglang.srt.speculative.eagle_utils.eagle_sample`` (:521; returns ``predict``, ``accept_lens``, ``accept_index``), ``EagleVerifyInput.draft_token`` / ``retrieve_next_token`` / ``draft_token_num`` / ``tree_topk``, ``ScheduleBatch.reqs[i].rid`` | BENCHMARK-ONLY synthetic acceptance (``engine/synthetic_acceptance.py``, only when ``SGLANG_FASER_SYNTHETIC_ACCEPTANCE`` is set) |
+| ``Scheduler.ingest_requests`` / ``get_next_batch_to_run`` / ``run_batch`` / ``process_batch_result`` (scheduler.py:2184, :3894, :4614, :5074), ``TpModelWorker.forward_batch_generation`` (tp_worker.py:622), ``ScheduleBatch.forward_mode`` | BENCHMARK-ONLY phase times of each scheduler iteration (``engine/phase_times.py``, only when ``SGLANG_FASER_PHASE_TIMES`` is set) |
 | ``sglang.srt.entrypoints.warmup.warmup`` (registry of ``--warmups`` names, run before the HTTP server serves), ``TokenizerManager.generate_request`` / ``get_internal_state`` (``effective_max_running_requests_per_dp``, ``faser``), ``GenerateReqInput`` | the start-up warm-up (``engine/warmup.py``) |
 | ``sglang.srt.speculative.eagle_utils``: ``_verify_uses_greedy`` (:485), ``tree_speculative_sampling_target_only``, ``top_k_renorm_prob``, ``top_p_renorm_prob`` | on CPU, verify by speculative sampling instead of SGLang's greedy-only path |
 """
@@ -99,6 +100,42 @@ def hook_worker_creation(hook) -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     HookRegistry.register(CREATE_WORKER, hook, HookType.AROUND)
+
+
+def time_scheduler_phases(times) -> None:
+    """BENCHMARK-ONLY (``engine/phase_times.py``): time ``Scheduler.ingest_requests`` / ``get_next_batch_to_run`` /
+    ``run_batch`` / ``process_batch_result`` and the target's ``TpModelWorker.forward_batch_generation`` in this
+    process, each scheduler iteration (from one ``ingest_requests`` to the next) a sample under the size of the
+    decode batch it ran."""
+    import time
+
+    from sglang.srt.managers.scheduler import Scheduler
+    from sglang.srt.managers.tp_worker import TpModelWorker
+
+    def timed(cls, name: str, phase: str, before=None):
+        original = getattr(cls, name)
+
+        @functools.wraps(original)
+        def run(self, *args, **kwargs):
+            if before is not None:
+                before(*args, **kwargs)
+            began = time.perf_counter()
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                times.add(phase, time.perf_counter() - began)
+
+        setattr(cls, name, run)
+
+    def decode_batch(batch, *args, **kwargs):
+        if batch is not None and batch.forward_mode.is_decode():
+            times.ran(len(batch.reqs))
+
+    timed(Scheduler, "ingest_requests", "ingest", before=lambda *a, **k: times.next_iteration())
+    timed(Scheduler, "get_next_batch_to_run", "schedule")
+    timed(Scheduler, "run_batch", "run", before=decode_batch)
+    timed(Scheduler, "process_batch_result", "results")
+    timed(TpModelWorker, "forward_batch_generation", "forward")
 
 
 def is_faser_capable_worker(worker_cls) -> bool:

@@ -28,9 +28,10 @@ def server(tiny_suite, tmp_path_factory):
     folder = tmp_path_factory.mktemp("server")
     args = EAGLE + ["--max-total-tokens", "4096", "--sleep-on-idle", "--faser-warmup", "on",
                     "--max-running-requests", "4"]
-    env = {"SGLANG_FASER_STEP_TRACE": str(folder / "steps.jsonl")}
+    env = {"SGLANG_FASER_STEP_TRACE": str(folder / "steps.jsonl"), "SGLANG_FASER_PHASE_TIMES": str(folder / "phases")}
     with ServerProcess(args, log_path=folder / "server.log", env=env) as proc:
         proc.trace_path = folder / "steps.jsonl"
+        proc.phases_path = folder / "phases"
         yield proc
 
 
@@ -102,3 +103,18 @@ def test_the_warmup_runs_every_depth_at_every_batch_bucket_before_serving_and_is
     faser = requests.get(server.url + "/server_info", timeout=30).json()["internal_states"][0]["faser"]
     assert faser["counters"]["warmup_steps"] == len(warm)
     assert faser["profile"] == "warm-up steps"  # its steps were the cost model's prior, not eager dummy passes
+
+
+def test_phase_times_put_the_target_forward_inside_the_step_and_host_work_around_it(server):
+    """``SGLANG_FASER_PHASE_TIMES``: the scheduler's iterations at batch 1, timed per phase (engine/phase_times.py)."""
+    from sglang_faser.engine.phase_times import read
+
+    body = {"input_ids": [1, 2, 3, 4], "sampling_params": {"temperature": 0, "max_new_tokens": 24, "ignore_eos": True}}
+    requests.post(server.url + "/generate", json=body, timeout=120).raise_for_status()
+    summaries = read(str(server.phases_path))
+    assert len(summaries) == 1  # one scheduler process
+    (by_batch,) = summaries.values()
+    one = by_batch["1"]
+    assert one["steps"] >= 1
+    us = one["median_us"]
+    assert 0 < us["forward"] < us["run"] and us["host"] > 0 and us["schedule"] > 0
