@@ -229,8 +229,8 @@ class AcceptanceTracker:
     def observe(self, rids: list[str], proposed: np.ndarray, accepted: np.ndarray) -> None:
         """Record one verify step: request i proposed ``proposed[i]`` drafts and ``accepted[i]`` were accepted."""
         proposed = np.minimum(np.asarray(proposed, dtype=np.int64), self.max_len)
-        if not proposed.any():  # a step without drafts (the common step of a parked batch): evidence only fades,
-            self._unfaded[self._lookup(rids)] += 1.0  # when it is next read
+        if not proposed.any():
+            self.observe_parked(rids)
             return
         rows = self.rows_for(rids)
         accepted = np.minimum(np.asarray(accepted, dtype=np.int64), proposed)
@@ -249,6 +249,10 @@ class AcceptanceTracker:
         self._idle[rows] = np.where(observed, 0.0, self._idle[rows] + 1.0)
         self._steps[rows] += 1.0
         self._short[rows] &= ~drafted | ((accepted == proposed) & (proposed <= 1))  # ends at a failure or deeper
+
+    def observe_parked(self, rids: list[str]) -> None:
+        """A step without drafts (the common step of a parked batch): evidence only fades, when it is next read."""
+        self._unfaded[self._lookup(rids)] += 1.0
 
     def forget(self, rid: str) -> None:
         """Free a finished request's row; its own acceptance joins the server-wide prior first, as one vote if it

@@ -107,8 +107,9 @@ class LengthCounters:
             self.proposed_by_position[j] += proposed[j]
             self.accepted_by_position[j] += passed[j]
 
-    def add_lengths(self, lengths: np.ndarray) -> None:
-        if not lengths.any():  # a parked batch's step, the common one: no bincount
+    def add_lengths(self, lengths: np.ndarray, parked: bool = False) -> None:
+        """``parked``: every length is 0 (a parked batch's step, the common one: no bincount)."""
+        if parked or not lengths.any():
             if not self.length_histogram:
                 self.length_histogram.append(0)
             self.length_histogram[0] += len(lengths)
@@ -134,10 +135,10 @@ class LengthController:
         self.cost = cost or StepCostModel()
         self.counters = LengthCounters()
         # decided steps, oldest first: (rids, lengths, a warm-up step's)
-        self._pending: deque[tuple[list[str], np.ndarray, bool]] = deque()
+        self._pending: deque[tuple[list[str], np.ndarray, bool, bool]] = deque()  # rids, lengths, warm-up, parked
         # a batch held at its bounds: (the step's inputs, its decision as held, steps it is held still, steps of
         # the last hold)
-        self._held: tuple[tuple, StepDecision, int, int] | None = None
+        self._held: tuple[tuple, StepDecision, int, int, bool] | None = None  # shape, decision, left, hold, parked
         self.calibration_steps = calibration_sweeps * (window + 1)
         self._warmed: set[tuple[int, int, bool]] = set()  # (batch, sweep phase, mixed) the warm-up ran
         self._warm_samples = 0  # warm-up draft samples in the prior since the last fit
@@ -186,10 +187,10 @@ class LengthController:
                                                  for a in (caps, floors, critical)))
         kept, hold = self._held, HOLD_RECHECK
         if kept is not None and kept[0] == shape:  # the same batch, still at its bounds
-            _, held, left, hold = kept
+            _, held, left, hold, parked = kept
             if left > 0:
-                self._held = (shape, held, left - 1, hold)
-                self._enqueue(rids, held.lengths)
+                self._held = (shape, held, left - 1, hold, parked)
+                self._enqueue(rids, held.lengths, parked)
                 return held if left > 1 else dataclasses.replace(held, sampled=True)
             hold = min(2 * hold, HOLD_MAX)
         batch = len(rids)
@@ -218,14 +219,16 @@ class LengthController:
             # cost model's prior holds real draft and draft-extend times of this machine at each depth
             lengths = np.clip(np.full(batch, c.steps % (self.max_len + 1), dtype=np.int64), mins, limit)
         depth = self.window if padded else int(lengths.max(initial=0))
-        self._enqueue(rids, lengths)
+        parked = not lengths.any()
+        self._enqueue(rids, lengths, parked)
         decision = StepDecision(lengths, depth, calibration, plan.expected_tokens, plan.expected_ms)
         bounded = self.config.mode is not Mode.ADAPTIVE or ((lengths == 0) | (lengths == limit)).all()
         holds = bounded and not calibration
-        self._held = (shape, dataclasses.replace(decision, held=True, sampled=False), hold - 1, hold) if holds else None
+        self._held = ((shape, dataclasses.replace(decision, held=True, sampled=False), hold - 1, hold, parked)
+                      if holds else None)
         # a parked hold's deciding step is not a sample; a drafting one's is (a rejection may end its hold before its
         # last held step, every time)
-        return dataclasses.replace(decision, sampled=False) if holds and not lengths.any() else decision
+        return dataclasses.replace(decision, sampled=False) if holds and parked else decision
 
     def _as_probe(self, rids: list[str], plan: StepPlan, probs, means, limit, mins, uniform: bool, weights,
                   context: int, resume) -> StepPlan:
@@ -274,27 +277,28 @@ class LengthController:
         self._warmed.add(shape)
         return StepDecision(lengths, depth, calibration=False, sampled=sampled, warmup=True)
 
-    def _queue(self, rids: list[str], lengths: np.ndarray, warmup: bool = False) -> None:
+    def _queue(self, rids: list[str], lengths: np.ndarray, warmup: bool = False, parked: bool = False) -> None:
         if len(self._pending) == MAX_PENDING_STEPS:  # an observe went missing: forget it rather than grow
             self._pending.popleft()
             self.counters.unobserved += 1
-        self._pending.append((list(rids), lengths, warmup))
+        self._pending.append((list(rids), lengths, warmup, parked))
 
-    def _enqueue(self, rids: list[str], lengths: np.ndarray) -> None:
-        """A decided step: queued for its acceptance (``observe``) and counted."""
+    def _enqueue(self, rids: list[str], lengths: np.ndarray, parked: bool) -> None:
+        """A decided step (``parked``: nobody drafts): queued for its acceptance (``observe``) and counted."""
         c = self.counters
-        self._queue(rids, lengths)
+        self._queue(rids, lengths, parked=parked)
         c.steps += 1
         c.requests += len(rids)
-        c.proposed += int(lengths.sum())
-        c.add_lengths(lengths)
+        if not parked:
+            c.proposed += int(lengths.sum())
+        c.add_lengths(lengths, parked)
 
     def replace_last(self, decision: StepDecision, lengths: np.ndarray, depth: int) -> StepDecision:
         """The source rank's lengths for the step just decided: with tensor parallelism every rank runs rank 0's
         decision (the same shapes everywhere), so it replaces this rank's own in the queue and the counters."""
         lengths = np.asarray(lengths, dtype=np.int64)
-        rids, old, warmup = self._pending[-1]
-        self._pending[-1] = (rids, lengths, warmup)
+        rids, old, warmup, _ = self._pending[-1]
+        self._pending[-1] = (rids, lengths, warmup, not lengths.any())
         if warmup:
             return dataclasses.replace(decision, lengths=lengths, depth=int(depth))
         c = self.counters
@@ -308,11 +312,11 @@ class LengthController:
         """Accepted draft counts for the oldest decided step not yet observed."""
         if not self._pending:
             return
-        rids, lengths, warmup = self._pending.popleft()
+        rids, lengths, warmup, parked = self._pending.popleft()
         if warmup:
             return
-        if not lengths.any():  # nothing drafted: nothing accepted, one token committed each
-            self.tracker.observe(rids, lengths, lengths)
+        if parked:  # nothing drafted: nothing accepted, one token committed each
+            self.tracker.observe_parked(rids)
             self.counters.committed += len(rids)
             return
         accepted = np.minimum(np.asarray(accepted, dtype=np.int64)[: len(rids)], lengths)

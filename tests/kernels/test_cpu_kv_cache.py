@@ -63,6 +63,24 @@ def test_assign_req_to_token_pool_matches_loop_reference(segment_path):
     assert torch.equal(req_to_token, expected)
 
 
+@pytest.mark.parametrize("lengths", [[1] * 9, [1, 0, 1, 1, 0, 1, 1, 1, 0]])
+def test_assign_req_to_token_pool_one_slot_a_request_matches_loop_reference(lengths):
+    """A speculative decode step's allocation (each request's next slot, or none), past the small-batch slices:
+    the single indexed write, with int32 offsets as SGLang passes them."""
+    gen = torch.Generator().manual_seed(1)
+    req_to_token = torch.randint(0, 1000, (12, 32), generator=gen, dtype=torch.int32)
+    req_pool_indices = torch.tensor([11, 2, 7, 0, 5, 9, 1, 3, 4])
+    start = torch.randint(0, 31, (9,), generator=gen, dtype=torch.int32)
+    end = start + torch.tensor(lengths, dtype=torch.int32)
+    out_cache_loc = torch.arange(700, 700 + sum(lengths) + 3)  # longer than needed, as the allocator's may be
+    expected = req_to_token.clone()
+    for i, (row, col) in enumerate(_ref_segments(req_pool_indices, start, end)):
+        expected[row, col] = int(out_cache_loc[i])
+    assert kv_cache._unit_segments(req_pool_indices, start, end) is not None
+    assign_req_to_token_pool_cpu(req_pool_indices, req_to_token, start, end, out_cache_loc, 32)
+    assert torch.equal(req_to_token, expected)
+
+
 def test_assign_extend_cache_locs_hand_case():
     req_to_token = torch.arange(32, dtype=torch.int32).view(4, 8)
     out = torch.full((5,), -1, dtype=torch.int64)

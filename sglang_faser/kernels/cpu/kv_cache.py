@@ -44,6 +44,23 @@ def _few_segments(
     return list(zip(rows, starts.tolist(), end_offset.reshape(-1).tolist()))
 
 
+def _unit_segments(
+    req_pool_indices: torch.Tensor, start_offset: torch.Tensor, end_offset: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(rows, columns) of the cells where no segment holds more than one (a speculative decode step's allocation:
+    each request's next slot, or none), else None: one indexed write, as a plain decode's allocation makes,
+    instead of ``_segment_coords``' numpy work (which cost a CPU step of 8 requests about 0.1 ms)."""
+    start = start_offset.reshape(-1)
+    lengths = end_offset.reshape(-1).numpy() - start.numpy()
+    if lengths.size == 0 or lengths.max() > 1:
+        return None
+    rows = req_pool_indices.reshape(-1)[: lengths.size]
+    if lengths.min() == 1:
+        return rows, start
+    keep = torch.from_numpy(np.flatnonzero(lengths))
+    return rows[keep], start[keep]
+
+
 def assign_req_to_token_pool_cpu(
     req_pool_indices: torch.Tensor,
     req_to_token: torch.Tensor,
@@ -66,6 +83,11 @@ def assign_req_to_token_pool_cpu(
             if end > start:
                 req_to_token[row, start:end] = flat[at : at + end - start]
                 at += end - start
+        return
+    unit = _unit_segments(req_pool_indices, start_offset, end_offset)
+    if unit is not None:
+        rows, cols = unit
+        req_to_token[rows, cols] = out_cache_loc.reshape(-1)[: rows.numel()].to(req_to_token.dtype)
         return
     rows, cols, total = _segment_coords(req_pool_indices, start_offset, end_offset)
     if total:
