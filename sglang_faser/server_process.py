@@ -21,6 +21,19 @@ import requests
 
 ROOT = Path(__file__).resolve().parent.parent  # the tree this ``sglang_faser`` was imported from
 
+
+def launching_tree() -> Path:
+    """The tree whose ``sglang_faser`` a launched server runs: the one the running script belongs to (a benchmark
+    started from a git worktree), else ``ROOT``. The CPU start-up hook (``sglang_faser_cpu.pth``) imports
+    ``sglang_faser`` through the editable install before a script can put its own tree first, so ``ROOT`` alone
+    is the main checkout's even for a worktree's script."""
+    script = getattr(sys.modules.get("__main__"), "__file__", None)
+    if script:
+        for parent in Path(script).resolve().parents:
+            if (parent / "sglang_faser" / "__init__.py").is_file():
+                return parent
+    return ROOT
+
 # uvicorn's message for a taken HTTP port, and the launcher's for a taken control port
 _BIND_FAILED = (b"error while attempting to bind", b"could not start (Failed to bind")
 
@@ -99,8 +112,8 @@ class ServerProcess:
         """The server's environment: this process's, with this ``sglang_faser``'s tree first on the path (and
         PYTHONSAFEPATH, so ``python -m`` does not put the working directory before it), then the caller's
         variables. A benchmark run from a git worktree otherwise served the code the editable install points
-        at, whatever was being edited there."""
-        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        at, whatever was being edited there (``launching_tree``)."""
+        path = os.pathsep.join(filter(None, [str(launching_tree()), os.environ.get("PYTHONPATH")]))
         return {**os.environ, "PYTHONPATH": path, "PYTHONSAFEPATH": "1", **self._env}
 
     def _start_once(self, timeout: float) -> ServerProcess:

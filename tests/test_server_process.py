@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from sglang_faser.server_process import ROOT, ServerProcess
+from sglang_faser.server_process import ROOT, ServerProcess, launching_tree
 
 
 def test_a_server_child_imports_the_launching_trees_sglang_faser_and_a_callers_path_wins(tmp_path):
@@ -18,3 +18,20 @@ def test_a_server_child_imports_the_launching_trees_sglang_faser_and_a_callers_p
     assert out.stdout.strip() == str(ROOT), out.stderr
     tree = str(tmp_path / "base")
     assert ServerProcess(["--model-path", "x"], env={"PYTHONPATH": tree}).child_env()["PYTHONPATH"] == tree
+
+
+def test_a_script_in_another_tree_launches_that_trees_sglang_faser(tmp_path):
+    """A benchmark started from a git worktree: the start-up hook has already imported the editable install's
+    ``sglang_faser``, yet the server must run the worktree's."""
+    tree = tmp_path / "worktree"
+    (tree / "sglang_faser").mkdir(parents=True)
+    (tree / "sglang_faser" / "__init__.py").write_text("")
+    (tree / "benchmarks").mkdir()
+    script = tree / "benchmarks" / "probe.py"
+    script.write_text("from sglang_faser.server_process import ServerProcess, launching_tree\n"
+                      "print(launching_tree())\n"
+                      "print(ServerProcess(['--model-path', 'x']).child_env()['PYTHONPATH'])\n")
+    out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True)
+    found, path = out.stdout.split()
+    assert found == str(tree) and path.split(os.pathsep)[0] == str(tree), out.stderr
+    assert launching_tree() == ROOT  # pytest's own script lies outside any tree
