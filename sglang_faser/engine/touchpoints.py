@@ -570,9 +570,10 @@ def verified_tokens(verify_input):
 def skipped_rows(worker, result, roots, width: int, skipped: list[int]):
     """The rows the draft-extend would have consumed for the requests at batch rows ``skipped``: the token each
     verified (its window's root; ``roots`` holds ``width`` tokens a request) and, for EAGLE, the target's feature
-    there (indexing by a tensor copies, so a graph buffer replayed later does not change them)."""
+    there (indexing by a tensor copies, and so does a whole batch's copy after a CUDA-graph pass, so a graph buffer
+    replayed later does not change them; an eager pass's features are its own)."""
     standalone = worker.speculative_algorithm.is_standalone()
-    if width == 1 and len(skipped) == len(roots):  # a step where nobody drafted: every row, copied
+    if width == 1 and len(skipped) == len(roots):  # a step where nobody drafted: every row
         if standalone:
             return roots.clone(), None
         hidden = result.logits_output.hidden_states[: len(roots)]  # an eager pass's output is its own tensor

@@ -134,11 +134,11 @@ class LengthController:
         self.tracker = AcceptanceTracker(max_len=max(window, 1))
         self.cost = cost or StepCostModel()
         self.counters = LengthCounters()
-        # decided steps, oldest first: (rids, lengths, a warm-up step's)
-        self._pending: deque[tuple[list[str], np.ndarray, bool, bool]] = deque()  # rids, lengths, warm-up, parked
+        # decided steps, oldest first: (rids, lengths, a warm-up step's, parked: nobody drafts)
+        self._pending: deque[tuple[list[str], np.ndarray, bool, bool]] = deque()
         # a batch held at its bounds: (the step's inputs, its decision as held, steps it is held still, steps of
-        # the last hold)
-        self._held: tuple[tuple, StepDecision, int, int, bool] | None = None  # shape, decision, left, hold, parked
+        # the last hold, parked)
+        self._held: tuple[tuple, StepDecision, int, int, bool] | None = None
         self.calibration_steps = calibration_sweeps * (window + 1)
         self._warmed: set[tuple[int, int, bool]] = set()  # (batch, sweep phase, mixed) the warm-up ran
         self._warm_samples = 0  # warm-up draft samples in the prior since the last fit
