@@ -24,11 +24,12 @@ ROOT = Path(__file__).resolve().parent.parent  # the tree this ``sglang_faser`` 
 
 def launching_tree() -> Path:
     """The tree whose ``sglang_faser`` a launched server runs: the one the running script belongs to (a benchmark
-    started from a git worktree), else ``ROOT``. The CPU start-up hook (``sglang_faser_cpu.pth``) imports
+    started from a git worktree), else ``ROOT`` (also for an installed tool's script, such as pytest's inside a
+    virtual environment that may itself lie in a tree). The CPU start-up hook (``sglang_faser_cpu.pth``) imports
     ``sglang_faser`` through the editable install before a script can put its own tree first, so ``ROOT`` alone
     is the main checkout's even for a worktree's script."""
     script = getattr(sys.modules.get("__main__"), "__file__", None)
-    if script:
+    if script and "site-packages" not in Path(script).parts:
         for parent in Path(script).resolve().parents:
             if (parent / "sglang_faser" / "__init__.py").is_file():
                 return parent

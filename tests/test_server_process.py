@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from sglang_faser.server_process import ROOT, ServerProcess, launching_tree
+from sglang_faser.server_process import ROOT, ServerProcess
 
 
 def test_a_server_child_imports_the_launching_trees_sglang_faser_and_a_callers_path_wins(tmp_path):
@@ -34,4 +34,9 @@ def test_a_script_in_another_tree_launches_that_trees_sglang_faser(tmp_path):
     out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True)
     found, path = out.stdout.split()
     assert found == str(tree) and path.split(os.pathsep)[0] == str(tree), out.stderr
-    assert launching_tree() == ROOT  # pytest's own script lies outside any tree
+    # an installed tool's script (pytest's, say) inside a virtual environment that lies in a tree: not that tree
+    tool = tree / ".venv" / "lib" / "site-packages" / "tool.py"
+    tool.parent.mkdir(parents=True)
+    tool.write_text("from sglang_faser.server_process import launching_tree\nprint(launching_tree())\n")
+    out = subprocess.run([sys.executable, str(tool)], cwd=tmp_path, capture_output=True, text=True)
+    assert out.stdout.strip() == str(ROOT), out.stderr
