@@ -128,11 +128,11 @@ class FaserEngine:
         view, start = sgl.step_batch(batch), sgl.draft_state(batch)  # the draft state the step begins from
         if self.profile == "pending":
             self._start_up(view.rids)
-        members, context = frozenset(view.rids), int(view.context_lens.sum())
+        members = frozenset(view.rids)
         phases, host_gap = self._host_gap(began, members)
 
         # decide
-        decision = self._decide(view, context)
+        decision = self._decide(view)
         sgl.activate_depth(self.worker, len(view.rids))  # the depth tiers answer with decision.depth
 
         # draft (with frontiers: finished frontiers verified between draft forwards); a step where nobody drafts
@@ -193,11 +193,11 @@ class FaserEngine:
             sgl.draft_extend(self.worker, batch, result, verify_input)
         ended = self.clock.mark()
         phases.append(("draft_extend", verify_ended, ended))
-        sgl.set_cap_lens(result, decision.lengths)
+        sgl.set_cap_lens(result, decision.lengths, parked=decision.depth == 0)
 
         # record
         marks = StepMarks(began, verify_began, verify_ended, ended, host_gap, catch_up)
-        self._record(decision, cut, verifier, width, phases, marks, context=context)
+        self._record(decision, cut, verifier, width, phases, marks, view)
         self._last = (ended, members, True)
         return result
 
@@ -246,11 +246,12 @@ class FaserEngine:
         self._limits = (list(controls), limits)
         return limits
 
-    def _decide(self, view, context: int) -> StepDecision:
+    def _decide(self, view) -> StepDecision:
         caps, floors, critical = self._limits_of(view.controls)
         decision = self.controller.decide(view.rids, caps=caps, floors=floors, padded=self.tiers is None,
                                           uniform=self.verify_path != "ragged", critical=critical,
-                                          context=context, backlog=self.backlog.pending(view.rids))
+                                          context=lambda: view.context,
+                                          backlog=lambda: self.backlog.pending(view.rids))
         if self._group is None:
             self._group = sgl.broadcast_group(self.worker)
         group, src = self._group
@@ -293,10 +294,10 @@ class FaserEngine:
                               self.config.frontier_size, rows, on_pass=on_pass, clock=clock)
 
     # -- record ----------------------------------------------------------------------------------------------
-    def _record(self, decision, cut: DraftCut, verifier, width: int, phases, marks: StepMarks,
-                context: int) -> None:
+    def _record(self, decision, cut: DraftCut, verifier, width: int, phases, marks: StepMarks, view) -> None:
         """The step's counters now; its costs and telemetry once its marks can be read (``StepClock``); a warm-up
-        step's costs only (as the profile prior) and its trace line."""
+        step's costs only (as the profile prior) and its trace line. ``view``: the step's batch (its context tokens
+        are summed only where the step is priced)."""
         controller, bs = self.controller, len(decision.lengths)
         if cut.path is not None:
             self.draft_path = cut.path
@@ -317,7 +318,7 @@ class FaserEngine:
         step = controller.counters.steps
         if decision.sampled or traced is not None:  # most held steps price nothing (``LengthController.decide``)
             self.clock.when_ready(marks.ended, lambda: self._record_costs(decision, draft_rows, passes, verify_rows,
-                                                                          marks, context, traced, step))
+                                                                          marks, view.context, traced, step))
         if not decision.warmup:
             self.clock.when_ready(marks.ended, lambda: self._end_step(phases, batch_size=bs))
 

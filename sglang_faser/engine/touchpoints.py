@@ -304,13 +304,19 @@ SGLANG_NAMES = frozenset({
 })
 
 
-@dataclass(frozen=True)
+@dataclass
 class StepBatch:
     """What the FASER step needs to know about a decode batch, read once."""
 
     rids: list
     controls: list  # each request's ``custom_params`` (checked in the HTTP process)
     context_lens: np.ndarray  # [B] each request's committed length: the context its verify rows attend to
+
+    @functools.cached_property
+    def context(self) -> int:
+        """The batch's context tokens: summed only where a step is priced (a held step is not; the sum, the first
+        NumPy call after the scheduler's work, cost a batch-1 step on CPU about 18 us)."""
+        return int(self.context_lens.sum())
 
 
 def worker_settings(worker) -> tuple[int, int, str]:
@@ -576,7 +582,8 @@ def skipped_rows(worker, result, roots, width: int, skipped: list[int]):
     if width == 1 and len(skipped) == len(roots):  # a step where nobody drafted: every row
         if standalone:
             return roots.clone(), None
-        hidden = result.logits_output.hidden_states[: len(roots)]  # an eager pass's output is its own tensor
+        hidden = result.logits_output.hidden_states  # an eager pass's output is its own tensor
+        hidden = hidden if hidden.shape[0] == len(roots) else hidden[: len(roots)]
         return roots.clone(), hidden.clone() if result.can_run_cuda_graph else hidden
     root = host_to_device(np.asarray(skipped) * width, roots.device)
     features = None if standalone else result.logits_output.hidden_states[root]
@@ -664,11 +671,21 @@ def _draft_contexts(worker, stage: str):
     return stack
 
 
-def set_cap_lens(result, lengths: np.ndarray) -> None:
-    """Per-request lengths into SGLang's metrics and ``meta_info`` (``GenerationBatchResult.cap_lens``)."""
+def set_cap_lens(result, lengths: np.ndarray, parked: bool = False) -> None:
+    """Per-request lengths into SGLang's metrics and ``meta_info`` (``GenerationBatchResult.cap_lens``); a parked
+    step's zeros are made once per batch size (SGLang only reads them)."""
     import torch
 
-    result.cap_lens = torch.from_numpy(lengths)  # read with ``tolist`` (batch_result_processor.py:798); not copied
+    if parked:
+        zeros = _PARKED_CAP_LENS.get(len(lengths))
+        if zeros is None:
+            zeros = _PARKED_CAP_LENS[len(lengths)] = torch.zeros(len(lengths), dtype=torch.int64)
+        result.cap_lens = zeros
+    else:
+        result.cap_lens = torch.from_numpy(lengths)  # read with ``tolist`` (batch_result_processor.py:798)
+
+
+_PARKED_CAP_LENS: dict = {}
 
 
 def cut_chains(verify_input, lengths: np.ndarray) -> None:

@@ -98,6 +98,7 @@ class AcceptanceTracker:
         self._short = np.zeros(initial_capacity, dtype=bool)  # first probe cut short, passed so far (probed_short)
         self._free: list[int] = list(range(initial_capacity - 1, -1, -1))
         self._positions = np.arange(max_len)
+        self._last_lookup: tuple[list[str], np.ndarray] | None = None  # (rids, rows) of the last ``_lookup``
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -149,7 +150,13 @@ class AcceptanceTracker:
         return rows
 
     def _lookup(self, rids: list[str]) -> np.ndarray:
-        return np.fromiter((self._row_of(r) for r in rids), dtype=np.int64, count=len(rids))
+        """The requests' rows (read-only: the same batch as the last lookup gets the same array, as most steps do)."""
+        last = self._last_lookup
+        if last is not None and last[0] == rids:
+            return last[1]
+        rows = np.fromiter((self._row_of(r) for r in rids), dtype=np.int64, count=len(rids))
+        self._last_lookup = (list(rids), rows)
+        return rows
 
     def _settle(self, rows: np.ndarray) -> None:
         """Apply the rows' steps without drafts since they were last read: n such steps fade the counts by
@@ -261,6 +268,7 @@ class AcceptanceTracker:
         what longer ones showed)."""
         row = self._rows.get(rid)
         if row is not None:
+            self._last_lookup = None  # its row is free for another request
             self._settle(np.array([row]))
             del self._rows[rid]
             succ, fail, ever = self._counts[:, row]

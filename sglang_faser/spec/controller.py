@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -160,14 +161,16 @@ class LengthController:
 
     def decide(self, rids: list[str], caps: np.ndarray | None = None, padded: bool = False,
                floors: np.ndarray | None = None, uniform: bool = False,
-               critical: np.ndarray | None = None, context: int = 0,
-               backlog: np.ndarray | None = None) -> StepDecision:
+               critical: np.ndarray | None = None, context: int | Callable[[], int] = 0,
+               backlog: np.ndarray | Callable[[], np.ndarray] | None = None) -> StepDecision:
         """Lengths and depth for this step's batch; ``caps`` / ``floors`` are per-request limits (custom_params).
 
         ``critical``: requests of ``latency_class: critical``, whose tokens count ``latency_weight`` times.
         ``context``: the batch's context tokens (sum of its sequence lengths), part of every plan's verify cost.
         ``backlog``: [B] skipped rows each request's draft must catch up before it drafts again; the catch-up is
         charged to the step that resumes, spread over ``RESUME_HORIZON`` steps of drafting it enables.
+        ``context`` and ``backlog`` may be functions that give them: they are only read where the step is decided,
+        not where a held decision is reused.
         ``padded``: the worker verifies the full window whatever the lengths (no depth tiers available).
         ``uniform``: the verify backend gives every request the same rows, so the policy gives every request the
         same length (up to the per-request caps and floors).
@@ -193,6 +196,8 @@ class LengthController:
                 self._enqueue(rids, held.lengths, parked)
                 return held if left > 1 else dataclasses.replace(held, sampled=True)
             hold = min(2 * hold, HOLD_MAX)
+        context = context() if callable(context) else context
+        backlog = backlog() if callable(backlog) else backlog
         batch = len(rids)
         limit = np.full(batch, self.max_len, dtype=np.int64)
         if caps is not None:

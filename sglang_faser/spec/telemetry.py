@@ -41,8 +41,21 @@ def _merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def busy_times(intervals: list[tuple[str, float, float]]) -> tuple[dict[str, float], float]:
-    """Per-phase busy time (own intervals merged) and the busy time of their union (once per decode step: a phase
-    with one interval, the usual case, is summed without sorting)."""
+    """Per-phase busy time (own intervals merged) and the busy time of their union (once per decode step: phases
+    that ran one after another, each once, the usual step, are summed without merging)."""
+    per_phase = dict.fromkeys(PHASES, 0.0)
+    union, last_end = 0.0, float("-inf")
+    for phase, start, end in intervals:
+        if start < last_end or per_phase.get(phase):  # overlapping or repeated: merged below
+            return _merged_busy_times(intervals)
+        if phase in per_phase:
+            per_phase[phase] = end - start
+        union += end - start
+        last_end = end
+    return per_phase, union
+
+
+def _merged_busy_times(intervals: list[tuple[str, float, float]]) -> tuple[dict[str, float], float]:
     spans: dict[str, list[tuple[float, float]]] = {}
     for phase, start, end in intervals:
         spans.setdefault(phase, []).append((start, end))

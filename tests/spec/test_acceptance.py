@@ -236,3 +236,16 @@ def test_a_short_first_probe_keeps_a_new_requests_hopes_along_its_chain_while_it
     tracker.observe(["short-pass"], proposed=np.array([4]), accepted=np.array([4]))
     means, hopes = tracker.estimates(["short-pass"])
     assert (hopes == means).all()  # every position tried lately: no bonus left
+
+
+def test_a_forgotten_request_seen_again_is_tracked_anew():
+    """The rows of the last batch are reused while the batch stays the same; a request forgotten in between (its
+    row freed) and seen again under its id gets a row of its own again, not the freed one."""
+    tracker = AcceptanceTracker(max_len=3)
+    tracker.observe_parked(["a"])
+    tracker.forget("a")
+    tracker.observe_parked(["a"])
+    assert len(tracker) == 1
+    tracker.observe(["b"], np.array([3]), np.array([0]))  # b takes the next free row
+    rows = tracker.rows_for(["a", "b"])
+    assert rows[0] != rows[1]

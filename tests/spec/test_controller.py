@@ -380,3 +380,26 @@ def test_one_requests_hope_drafts_that_request_alone():
         controller.observe(np.zeros(4, dtype=np.int64))
     drafted = [lengths for lengths in plans if any(lengths)]
     assert drafted and all(lengths == [0, 0, 0, 1] for lengths in drafted), plans
+
+
+def test_a_held_decision_reads_neither_context_nor_backlog():
+    """``context`` and ``backlog`` may be functions: the step that decides reads them, the steps that reuse its
+    held decision do not (the context's sum was a batch-1 CPU step's largest single host cost of FASER's own)."""
+    controller = LengthController(FaserConfig(mode="off"), window=3)
+    reads = []
+
+    def context() -> int:
+        reads.append("context")
+        return 100
+
+    def backlog() -> np.ndarray:
+        reads.append("backlog")
+        return np.zeros(1, dtype=np.int64)
+
+    first = controller.decide(["a"], context=context, backlog=backlog)
+    assert reads == ["context", "backlog"]
+    for _ in range(3):
+        held = controller.decide(["a"], context=context, backlog=backlog)
+        controller.observe([0])
+        assert held.held and not held.lengths.any()
+    assert reads == ["context", "backlog"] and not first.held

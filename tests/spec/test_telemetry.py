@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sglang_faser.spec.controller import LengthCounters
-from sglang_faser.spec.telemetry import TelemetryRecorder, busy_times, subtract
+from sglang_faser.spec.telemetry import TelemetryRecorder, _merged_busy_times, busy_times, subtract
 
 
 class Clock:
@@ -28,6 +28,22 @@ def test_busy_time_merges_a_phase_and_counts_overlap_once():
     per_phase, union = busy_times([("draft", 0, 2), ("verify", 1, 3), ("draft", 1.5, 2.5)])
     assert per_phase["draft"] == pytest.approx(2.5) and per_phase["verify"] == pytest.approx(2.0)
     assert union == pytest.approx(3.0)  # overlap = 2.5 + 2 - 3 = 1.5
+
+
+def test_phases_in_turn_take_the_unmerged_path_with_the_same_result():
+    """A step's phases one after another, each once (the usual step), are summed without merging; the result is
+    the merged one's, and an overlap or a repeated phase after them still merges."""
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        names = list(rng.permutation(["schedule", "draft", "verify", "draft_extend", "prefill"]))[: rng.integers(1, 6)]
+        ends = np.cumsum(rng.uniform(0.0, 1.0, 2 * len(names)))
+        steps = [(name, float(ends[2 * i]), float(ends[2 * i + 1])) for i, name in enumerate(names)]
+        if rng.random() < 0.5:  # an overlap or a phase again: the merging path
+            a, b = sorted(rng.uniform(0.0, float(ends[-1]), 2))
+            steps.append((str(rng.choice(names)), float(a), float(b)))
+        fast, merged = busy_times(steps), _merged_busy_times(steps)
+        assert fast[1] == pytest.approx(merged[1])
+        assert fast[0] == pytest.approx(merged[0])
 
 
 def test_subtract_cuts_holes_out_of_an_interval():
