@@ -76,6 +76,14 @@ PRIOR_SHARE = 1.0  # the profile prior's weight in a refit, relative to the onli
 RIDGE = 1e-4  # penalty on the per-request terms, relative to each term's own sum of squares
 
 
+def _weighted_mean(seen: dict, evidence: dict, depths: list[int]) -> float:
+    """The mean residual of ``depths`` weighed by their evidence (alike where all of it has faded away)."""
+    total = math.fsum(evidence[d] for d in depths)
+    if total < 1e-9:  # long unused: the depths alike
+        return math.fsum(seen[d][0] for d in depths) / len(depths)
+    return math.fsum(seen[d][0] * evidence[d] for d in depths) / total
+
+
 def _verify_features(batch: int, tokens: int, context: int) -> np.ndarray:
     return np.array([1.0, batch, tokens, context], dtype=float)
 
@@ -295,26 +303,31 @@ class StepCostModel:
 
         A depth's own residual is weighed against its bucket's mean (over steps) by how many steps ran at it and
         how long ago (``RESIDUAL_PSEUDO``, ``RESIDUAL_AGE``): one noisy step must not price a depth for good, since
-        a depth priced too dear is not chosen and so never measured again. Plain Python over a few depths (every
+        a depth priced too dear is not chosen and so never measured again. A drafting depth leans towards the
+        drafting depths' mean, not towards parked steps' (depth 0, the target's plain decode, a different shape
+        whose error says little about drafting's): at batch 1 on CPU (mixed prompts at 1 request/s) parked steps
+        ran at 0.66-0.79x of the fit while the drafting depths ran at 0.85-1.0x, and a long parked stretch pulled
+        every drafting depth seldom run towards the parked steps' factor. Plain Python over a few depths (every
         step asks)."""
         if not self._residual:
             return np.ones(max_depth + 1)
         seen = self._residual.get(_bucket_of(batch))
-        if not seen:
-            everywhere = [r for by_depth in self._residual.values() for r, _, _ in by_depth.values()]
-            return np.full(max_depth + 1, math.exp(sum(everywhere) / len(everywhere)))
+        if not seen:  # a bucket not run yet: every bucket's parked and drafting residuals, each alike
+            everywhere = [(depth, r) for by_depth in self._residual.values() for depth, (r, _, _) in by_depth.items()]
+            parked = [r for depth, r in everywhere if depth == 0] or [r for _, r in everywhere]
+            drafting = [r for depth, r in everywhere if depth > 0] or parked
+            return np.exp([sum(parked) / len(parked)] + [sum(drafting) / len(drafting)] * max_depth)
         # each depth's evidence: its steps (as many as the running mean holds), fading with the steps since it ran
         evidence = {depth: min(n, 1.0 / RESIDUAL_RATE) * RESIDUAL_AGE ** (self._steps - last)
                     for depth, (_, n, last) in seen.items()}
-        total = math.fsum(evidence.values())
-        if total < 1e-9:  # the whole bucket long unused: its depths alike
-            evidence = dict.fromkeys(evidence, 1.0)
-            total = float(len(evidence))
-        mean = math.fsum(seen[d][0] * e for d, e in evidence.items()) / total  # the bucket's, steps weighed
-        logs = [mean] * (max_depth + 1)
+        mean = _weighted_mean(seen, evidence, list(evidence))  # the bucket's, steps weighed
+        drafted = [depth for depth in evidence if depth > 0]
+        mean_drafting = _weighted_mean(seen, evidence, drafted) if drafted else mean
+        logs = [mean] + [mean_drafting] * max_depth
         for depth, (r, _, _) in seen.items():
             if depth <= max_depth:
-                logs[depth] = mean + evidence[depth] / (evidence[depth] + RESIDUAL_PSEUDO) * (r - mean)
+                target = mean if depth == 0 else mean_drafting
+                logs[depth] = target + evidence[depth] / (evidence[depth] + RESIDUAL_PSEUDO) * (r - target)
         return np.exp(logs)
 
     def modelled_step_ms(self, batch: int, verify_tokens: int, depth: int, draft_rows: int, drafting: int,

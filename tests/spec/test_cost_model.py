@@ -263,3 +263,19 @@ def test_a_window_of_one_batch_size_at_two_depths_keeps_the_profiles_split_of_fi
         model.record(VERIFY, 16, rows, slow * verify_ms(16, rows, context) * rng.lognormal(0.0, 0.1), context=context)
     model.refit()
     assert model.verify_ms(16, 16, context=16 * 80) > 0.8 * verify_ms(16, 16, 16 * 80)  # the window alone: 0.47x
+
+
+def test_drafting_depths_lean_on_drafting_steps_not_on_parked_ones():
+    """Parked steps (depth 0) measured at 0.7x of the fit for a long stretch do not drag the price of drafting
+    depths seldom run towards 0.7x: those lean on the drafting steps' own residuals (1.0x here)."""
+    model = StepCostModel()
+    for depth in (3, 4):
+        for _ in range(4):
+            model.record_step(1, depth, modelled_ms=20.0, ms=20.0)
+    for _ in range(300):  # a long parked stretch: the drafting depths' evidence fades
+        model.record_step(1, 0, modelled_ms=10.0, ms=7.0)
+    factor = model.depth_factor(1, 7)
+    assert factor[0] == pytest.approx(0.7, rel=0.02)
+    assert factor[1:] == pytest.approx(np.ones(7), rel=0.02)  # run long ago (3, 4) or never (the rest)
+    assert model.depth_factor(8, 7)[0] == pytest.approx(0.7, rel=0.02)  # a bucket not run yet: the same split
+    assert model.depth_factor(8, 7)[5] == pytest.approx(1.0, rel=0.02)
