@@ -314,7 +314,7 @@ class FaserEngine:
         # what pricing needs, without the step's tensors (on a GPU it waits a step or two for the device)
         passes = verifier.pass_marks if verifier is not None else None
         verify_rows = verifier.stats.planned_rows if verifier is not None else bs * width
-        traced = self.trace.decided(decision) if self.trace is not None else None
+        traced = self.trace.decided(decision, view.rids) if self.trace is not None else None
         step = controller.counters.steps
         if decision.sampled or traced is not None:  # most held steps price nothing (``LengthController.decide``)
             self.clock.when_ready(marks.ended, lambda: self._record_costs(decision, draft_rows, passes, verify_rows,

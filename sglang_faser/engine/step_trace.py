@@ -1,7 +1,7 @@
 """A per-step trace of the policy's choice against what the step then cost: the tool to see why FASER chose a length.
 
 ``SGLANG_FASER_STEP_TRACE=/path/steps.jsonl`` (set for the server process) makes every FASER decode step append
-one JSON line: when its times were read, the batch size, each request's length and the depth run, what the
+one JSON line: when its times were read, the batch size, its requests' ids, each request's length and the depth run, what the
 policy expected (tokens and milliseconds, after the measured residual), the measured phases (verify, the rest of
 the step with the scheduler's host time, catch-up), the drafts each request had accepted, and the cost model's
 coefficients and depth factors for that batch. A line is written once its step's acceptance (SGLang reports it
@@ -40,10 +40,11 @@ class StepTrace:
         path = os.environ.get(ENV_VAR)
         return cls(path) if path else None
 
-    def decided(self, decision) -> dict:
-        """A step as decided; ``measured`` and ``observe`` complete it."""
+    def decided(self, decision, rids: list | None = None) -> dict:
+        """A step as decided (``rids``: its requests, in batch order); ``measured`` and ``observe`` complete it."""
         record = {
             "batch": len(decision.lengths),
+            **({} if rids is None else {"rids": [str(rid) for rid in rids]}),
             "lengths": decision.lengths.tolist(),
             "depth": int(decision.depth),
             "calibration": bool(decision.calibration),

@@ -44,11 +44,12 @@ def test_the_step_trace_has_each_decode_step_with_its_plan_and_measured_times(ti
     engine = engine_pool.get("faser-EAGLE", faser=FaserConfig(), **_spec(tiny_suite, "EAGLE"))
     path = engine_pool.trace_path("faser-EAGLE")
     before = path.read_text().splitlines() if path.exists() else []
-    engine.generate(input_ids=tokenizer(PROMPTS[0]).input_ids, sampling_params=GREEDY)
+    out = engine.generate(input_ids=tokenizer(PROMPTS[0]).input_ids, sampling_params=GREEDY)
     steps = [json.loads(line) for line in path.read_text().splitlines()[len(before):]]
     assert steps, "no decode step traced"
     for step in steps:
         assert step["batch"] == len(step["lengths"]) == 1
+        assert step["rids"] == [out["meta_info"]["id"]]  # which request each length was for
         assert step["depth"] == max(step["lengths"])  # depth tiers: the step runs its deepest length
         assert step["step_ms"] > 0 and step["verify_ms"] > 0 and step["expected_ms"] > 0
         assert len(step["depth_factor"]) == 4 and len(step["draft_coef"]) == 5

@@ -4,11 +4,13 @@ whole-step samples."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from sglang_faser.engine.draft_cut import DraftCut, DraftSchedule
 from sglang_faser.engine.step import FaserEngine, StepMarks
 from sglang_faser.engine.step_clock import Mark, StepClock
+from sglang_faser.engine.touchpoints import StepBatch
 from sglang_faser.spec.config import FaserConfig
 from sglang_faser.spec.controller import LengthController
 from sglang_faser.spec.cost_model import DRAFT, VERIFY
@@ -33,7 +35,8 @@ def _plain_step(engine: FaserEngine, rids: list[str], marks: StepMarks | None = 
     decision = engine.controller.decide(rids)
     marks = marks or _host_marks()
     engine._record(decision, DraftCut(DraftSchedule(decision.lengths), 0), None, 1,
-                   [("verify", marks.verify_began, marks.verify_ended)], marks, context=40)
+                   [("verify", marks.verify_began, marks.verify_ended)], marks,
+                   StepBatch(rids, [None] * len(rids), np.array([40] + [0] * (len(rids) - 1))))
     engine.controller.observe([0] * len(rids))
     return decision
 
