@@ -481,20 +481,27 @@ def _plain_decode_types():
     return GenerationBatchResult, ForwardMode.DECODE, EagleDraftInput
 
 
-_ONE_ROW_EACH: dict = {}
+_BATCH_CONSTANTS: dict = {}
+
+
+def _batch_constant(name: str, bs: int, device, make):
+    """A tensor (or tuple of them) that depends on the batch size alone, made once per (name, size, device) by
+    ``make``: SGLang only reads these (``tolist`` in its result processing, indexing elsewhere), and making them
+    each step was a parked step's host work."""
+    key = (name, bs, device)
+    value = _BATCH_CONSTANTS.get(key)
+    if value is None:
+        value = _BATCH_CONSTANTS[key] = make()
+    return value
 
 
 def _one_row_each(bs: int, device):
-    """(accept_lens [bs] of ones, accept_index [bs, 1] = row i) of a plain decode's result, made once per batch
-    size: SGLang only reads them (``tolist`` in its result processing, indexing elsewhere)."""
-    rows = _ONE_ROW_EACH.get((bs, device))
-    if rows is None:
-        import torch
+    """(accept_lens [bs] of ones, accept_index [bs, 1] = row i) of a plain decode's result."""
+    import torch
 
-        rows = (torch.ones(bs, dtype=torch.int32, device=device),
-                torch.arange(bs, dtype=torch.int64, device=device).unsqueeze(1))
-        _ONE_ROW_EACH[bs, device] = rows
-    return rows
+    return _batch_constant("one_row_each", bs, device, lambda: (
+        torch.ones(bs, dtype=torch.int32, device=device),
+        torch.arange(bs, dtype=torch.int64, device=device).unsqueeze(1)))
 
 
 def verify(worker, batch, verify_input, pp_proxy_tensors, grammar_barrier):
@@ -676,16 +683,9 @@ def set_cap_lens(result, lengths: np.ndarray, parked: bool = False) -> None:
     step's zeros are made once per batch size (SGLang only reads them)."""
     import torch
 
-    if parked:
-        zeros = _PARKED_CAP_LENS.get(len(lengths))
-        if zeros is None:
-            zeros = _PARKED_CAP_LENS[len(lengths)] = torch.zeros(len(lengths), dtype=torch.int64)
-        result.cap_lens = zeros
-    else:
-        result.cap_lens = torch.from_numpy(lengths)  # read with ``tolist`` (batch_result_processor.py:798)
-
-
-_PARKED_CAP_LENS: dict = {}
+    bs = len(lengths)
+    result.cap_lens = (_batch_constant("no_caps", bs, "cpu", lambda: torch.zeros(bs, dtype=torch.int64)) if parked
+                       else torch.from_numpy(lengths))  # read with ``tolist`` (batch_result_processor.py:798)
 
 
 def cut_chains(verify_input, lengths: np.ndarray) -> None:

@@ -56,13 +56,7 @@ def busy_times(intervals: list[tuple[str, float, float]]) -> tuple[dict[str, flo
 
 
 def _merged_busy_times(intervals: list[tuple[str, float, float]]) -> tuple[dict[str, float], float]:
-    spans: dict[str, list[tuple[float, float]]] = {}
-    for phase, start, end in intervals:
-        spans.setdefault(phase, []).append((start, end))
-    per_phase = dict.fromkeys(PHASES, 0.0)
-    for phase, own in spans.items():
-        if phase in per_phase:
-            per_phase[phase] = own[0][1] - own[0][0] if len(own) == 1 else sum(b - a for a, b in _merge(own))
+    per_phase = {p: sum(b - a for a, b in _merge([(s, e) for q, s, e in intervals if q == p])) for p in PHASES}
     union = sum(b - a for a, b in _merge([(s, e) for _, s, e in intervals]))
     return per_phase, union
 
