@@ -5,6 +5,8 @@
 * ``sglang-adaptive``: SGLang's own ``--speculative-adaptive`` over the same window, no FASER worker;
 * ``faser``: FASER's goodput policy choosing each request's length inside the window;
 * ``faser-frontier-N``: the same, verifying in frontiers of N draft positions (early pruning);
+* ``faser-warm``: ``faser`` with the start-up warm-up (``--faser-warmup on``, off on CPU by default): its costs
+  measured before the first request instead of by a start-up sweep of live ones (not part of the default set);
 * ``faser-k0``: the FASER worker with every length 0 (``--faser-mode off``): what a step without speculation
   costs inside a speculative server, against ``no-spec`` (not part of the default set);
 * ``faser-fixed-k``: the FASER worker holding every length at k (``--faser-mode fixed``): what FASER's own step
@@ -32,13 +34,14 @@ def configurations(algorithm: str = "EAGLE", window: int = 7, fixed=FIXED, adapt
     configs["faser"] = spec_flags(algorithm, window)
     for size in frontiers:
         configs[f"faser-frontier-{size}"] = spec_flags(algorithm, window, "--faser-frontier-size", str(size))
+    configs["faser-warm"] = spec_flags(algorithm, window, "--faser-warmup", "on")
     configs["faser-k0"] = spec_flags(algorithm, window, "--faser-mode", "off")
     configs.update({f"faser-fixed-{k}": spec_flags(algorithm, window, "--faser-mode", "fixed", "--faser-fixed-len",
                                                     str(k)) for k in fixed})
     return configs
 
 
-EXTRA = ("faser-k0", *(f"faser-fixed-{k}" for k in FIXED))  # run only when asked for by name
+EXTRA = ("faser-warm", "faser-k0", *(f"faser-fixed-{k}" for k in FIXED))  # run only when asked for by name
 
 
 QUICK = ("no-spec", "fixed-1", "fixed-3", "faser", "faser-frontier-2")

@@ -77,7 +77,10 @@ class FaserEngine:
         self.window, topk, device = sgl.worker_settings(worker)
         self.clock = StepClock.for_device(device)
         self.config = FaserConfig.from_env()
-        self.controller = LengthController(self.config, window=self.window, calibration_sweeps=2)
+        # on CPU no depth's first use stalls (the server's first decode step does): the start-up sweep measures
+        # from its second step, one sweep of live requests at depths the policy would seldom choose, not two
+        self.controller = LengthController(self.config, window=self.window, calibration_sweeps=1,
+                                           warm_steps=1 if device == "cpu" else None)
         self.tiers: DepthTiers | None = None
         self.backlog = DraftBacklog()
         if topk == 1:

@@ -12,10 +12,13 @@ The SGLang worker calls it three times per decode step:
 
 It also keeps the counters FASER's telemetry reports (proposed, verified, accepted tokens; chosen lengths).
 
-Start-up sweep (``calibration_sweeps``): the first (window + 1) x sweeps steps of an adaptive server run every
-depth 0..max_len in turn with uniform lengths; the first sweep warms each depth up (first use of a runtime state is
-a one-off stall), the measured draft, draft-extend and verify times of the others become the cost model's prior
-(the verify side also gets dummy passes before the first step, engine/profiler.py). After that there is no
+Start-up sweep (``calibration_sweeps``): the first steps of an adaptive server run every depth 0..max_len in turn
+with uniform lengths; the first ``warm_steps`` only warm up (on a GPU a whole sweep: the first use of each depth's
+runtime state is a one-off stall; on CPU the server's first decode step alone is), the measured draft,
+draft-extend and verify times of the sweeps after them become the cost model's prior (the verify side also gets
+dummy passes before the first step, engine/profiler.py). Each of these steps runs a live request at a depth the
+policy would seldom choose (at batch 1 on CPU a depth-7 step costs 4-5 parked ones), so no more of them run than
+the prior needs. After that there is no
 exploration cadence: the acceptance posteriors are optimistic where evidence is thin (spec/acceptance.py), which
 is what moves lengths up, and the online cost samples of every depth the policy picks keep the model current.
 Before it, a batch made only of the start-up warm-up's requests (spec/warmup.py) runs the warm-up's sweep, which
@@ -129,8 +132,11 @@ class LengthController:
         window: int,
         cost: StepCostModel | None = None,
         calibration_sweeps: int = 0,
+        warm_steps: int | None = None,
     ):
-        """``window``: the draft positions the server reserves per request (SGLang's speculative_num_steps)."""
+        """``window``: the draft positions the server reserves per request (SGLang's speculative_num_steps);
+        ``calibration_sweeps``: measured sweeps of the start-up sweep, after ``warm_steps`` steps that only warm up
+        (default: one sweep, window + 1 steps)."""
         self.window = window
         self.tracker = AcceptanceTracker(max_len=max(window, 1))
         self.cost = cost or StepCostModel()
@@ -140,7 +146,8 @@ class LengthController:
         # a batch held at its bounds: (the step's inputs, its decision as held, steps it is held still, steps of
         # the last hold, parked)
         self._held: tuple[tuple, StepDecision, int, int, bool] | None = None
-        self.calibration_steps = calibration_sweeps * (window + 1)
+        self.warm_steps = window + 1 if warm_steps is None else warm_steps
+        self.calibration_steps = self.warm_steps + calibration_sweeps * (window + 1) if calibration_sweeps else 0
         self._warmed: set[tuple[int, int, bool]] = set()  # (batch, sweep phase, mixed) the warm-up ran
         self._warm_samples = 0  # warm-up draft samples in the prior since the last fit
         self.explain = True  # price every decision's final plan (the step trace reports what it expected)
@@ -270,6 +277,7 @@ class LengthController:
         ``mixed``: with the steps that park every other request (not on a uniform verify path, where plans never
         do)."""
         step = self.counters.warmup_steps
+        self.calibration_steps = 0  # the warm-up's sweep is the start-up profile: live traffic runs no sweep
         lengths = sweep_lengths(step, len(rids), self.window, mixed)
         if caps is not None:
             lengths = np.minimum(lengths, np.asarray(caps, dtype=np.int64))
@@ -361,7 +369,7 @@ class LengthController:
             return
         step = self.counters.steps if step is None else step
         if step <= self.calibration_steps:
-            if step > self.window + 1:  # the first sweep only warms each depth's runtime state up
+            if step > self.warm_steps:  # the first steps only warm each depth's runtime state up
                 self.cost.add_profile_sample(phase, batch, size, ms, rows, drafting, context)
             if step == self.calibration_steps and phase == DRAFT:
                 self.cost.refit()

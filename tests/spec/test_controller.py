@@ -144,7 +144,7 @@ def test_a_latency_critical_request_keeps_speculating_when_the_policy_would_stop
 
 
 def test_start_up_sweep_runs_every_depth_and_feeds_the_profile_prior():
-    controller = LengthController(FaserConfig(), window=3, calibration_sweeps=2)
+    controller = LengthController(FaserConfig(), window=3, calibration_sweeps=1)
     controller.cost.draft_coef[:] = 99.0  # the default prior is replaced by the sweep's measurements
     depths = []
     for _ in range(8):
@@ -156,8 +156,23 @@ def test_start_up_sweep_runs_every_depth_and_feeds_the_profile_prior():
     assert depths == [[0, 0], [1, 1], [2, 1], [3, 1]] * 2  # every depth, clipped to each request's cap
     assert not controller.calibrating
     assert controller.cost.draft_ms(2, 3) == pytest.approx(6.5, rel=0.05)  # fitted from the sweep
-    fixed = LengthController(FaserConfig(mode="fixed", fixed_len=1), window=3, calibration_sweeps=2)
+    fixed = LengthController(FaserConfig(mode="fixed", fixed_len=1), window=3, calibration_sweeps=1)
     assert fixed.decide(["a"]).lengths.tolist() == [1]  # fixed mode is never swept
+
+
+def test_a_start_up_sweep_without_stalls_at_first_use_measures_from_its_second_step():
+    """On CPU no depth stalls at its first use, only the server's first decode step does: one sweep after that
+    step (window + 2 steps of live requests, not two sweeps' 2 x (window + 1)) gives every depth its sample."""
+    controller = LengthController(FaserConfig(), window=3, calibration_sweeps=1, warm_steps=1)
+    depths = []
+    while controller.calibrating:
+        decision = controller.decide(["a"])
+        depths.append(int(decision.depth))
+        stall = 1000.0 if len(depths) == 1 else 0.0  # the server's first decode step
+        controller.record_phase("draft", 1, decision.depth, 0.5 + 2 * decision.depth + stall)
+    assert depths == [0, 1, 2, 3, 0]
+    assert controller.cost.draft_ms(1, 0) == pytest.approx(0.5, abs=0.05)  # the stall is not in the prior
+    assert controller.cost.draft_ms(1, 3) == pytest.approx(6.5, rel=0.05)
 
 
 def test_model_report_shows_the_fitted_costs_and_the_acceptance_it_learned():
@@ -350,7 +365,7 @@ def test_a_start_up_sweep_sample_read_steps_late_still_joins_the_prior():
     from sglang_faser.spec.cost_model import DRAFT
 
     window = 3
-    controller = LengthController(FaserConfig(), window=window, calibration_sweeps=2)
+    controller = LengthController(FaserConfig(), window=window, calibration_sweeps=1)
     for _ in range(controller.calibration_steps + 2):
         controller.decide(["a"])
         controller.observe([0])

@@ -65,8 +65,9 @@ def test_warmup_steps_touch_no_statistic_no_counter_and_keep_the_observe_queue_a
     c = controller.counters
     assert (c.steps, c.warmup_steps, c.proposed, c.accepted, c.committed) == (2, len(warm), 1, 1, 3)
     assert len(controller.tracker) == 1 and sum(c.length_histogram) == 2  # "a" only
-    # the start-up sweep goes on where it was: the warm-up's steps are not its steps
-    assert controller.decide(["a"]).calibration
+    # the warm-up's sweep measured every depth: live traffic's start-up sweep stops (each of its steps at a depth
+    # the policy would not choose costs a real request time)
+    assert not controller.decide(["a"]).calibration and controller.calibration_steps == 0
 
 
 def test_a_batch_with_any_real_request_is_decided_as_usual():
