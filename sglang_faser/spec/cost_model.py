@@ -228,7 +228,6 @@ class StepCostModel:
         # batch bucket -> depth -> [mean log(measured / modelled), steps, the step it last ran]
         self._residual: dict[int, dict[int, list]] = {}
         self._steps = 0  # steps recorded
-        self._levels: tuple[float, float] | None = None  # ``_class_levels`` since the last step recorded
 
     def samples(self, phase: str, online: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(features [n, F], ms [n], batch size [n]) the fit holds for ``phase``: the latest steps' (``online``) or
@@ -302,51 +301,34 @@ class StepCostModel:
     def depth_factor(self, batch: int, max_depth: int) -> np.ndarray:
         """[max_depth + 1]: measured / modelled step time at each depth for a batch of ``batch`` requests.
 
-        A depth's own residual is weighed against its class's by how many steps ran at it and how long ago
-        (``RESIDUAL_PSEUDO``, ``RESIDUAL_AGE``): one noisy step must not price a depth for good, since a depth priced
-        too dear is not chosen and so never measured again. The classes are parked steps (depth 0, the target's
-        plain decode) and drafting steps, whose errors differ: at batch 1 on CPU (mixed prompts at 1 request/s)
-        parked steps ran at 0.66-0.79x of the fit while the drafting depths ran at 0.85-1.0x, and at 16 requests/s
-        drafting steps of 2-9 requests ran at 1.3-1.4x while parked ones ran at 0.7-1.0x. A drafting depth leans
-        towards its bucket's drafting depths (every bucket's where its bucket has none); depth 0 towards every
-        bucket's parked steps, never towards drafting ones: priced at the drafting steps' 1.4x in a bucket that had
-        only drafted, parking looked dear, so the batch drafted at a loss and depth 0 was never measured there.
-        Each class's level over all buckets is weighed against the fit's own price (factor 1) the same way, so a
-        class measured once or long ago leans back to the fit. Plain Python over a few depths (every step asks)."""
+        A depth's own residual is weighed against its bucket's mean (over steps) by how many steps ran at it and
+        how long ago (``RESIDUAL_PSEUDO``, ``RESIDUAL_AGE``): one noisy step must not price a depth for good, since
+        a depth priced too dear is not chosen and so never measured again. A drafting depth leans towards the
+        drafting depths' mean, not towards parked steps' (depth 0, the target's plain decode, a different shape
+        whose error says little about drafting's): at batch 1 on CPU (mixed prompts at 1 request/s) parked steps
+        ran at 0.66-0.79x of the fit while the drafting depths ran at 0.85-1.0x, and a long parked stretch pulled
+        every drafting depth seldom run towards the parked steps' factor. Plain Python over a few depths (every
+        step asks)."""
         if not self._residual:
             return np.ones(max_depth + 1)
-        parked, drafting = self._class_levels()
         seen = self._residual.get(_bucket_of(batch))
-        if not seen:
-            return np.exp([parked] + [drafting] * max_depth)
-        evidence = {depth: self._evidence(n, last) for depth, (_, n, last) in seen.items()}
+        if not seen:  # a bucket not run yet: every bucket's parked and drafting residuals, each alike
+            everywhere = [(depth, r) for by_depth in self._residual.values() for depth, (r, _, _) in by_depth.items()]
+            parked = [r for depth, r in everywhere if depth == 0] or [r for _, r in everywhere]
+            drafting = [r for depth, r in everywhere if depth > 0] or parked
+            return np.exp([sum(parked) / len(parked)] + [sum(drafting) / len(drafting)] * max_depth)
+        # each depth's evidence: its steps (as many as the running mean holds), fading with the steps since it ran
+        evidence = {depth: min(n, 1.0 / RESIDUAL_RATE) * RESIDUAL_AGE ** (self._steps - last)
+                    for depth, (_, n, last) in seen.items()}
+        mean = _weighted_mean(seen, evidence, list(evidence))  # the bucket's, steps weighed
         drafted = [depth for depth in evidence if depth > 0]
-        if drafted:
-            drafting = _weighted_mean(seen, evidence, drafted)
-        logs = [parked] + [drafting] * max_depth
+        mean_drafting = _weighted_mean(seen, evidence, drafted) if drafted else mean
+        logs = [mean] + [mean_drafting] * max_depth
         for depth, (r, _, _) in seen.items():
             if depth <= max_depth:
-                target = parked if depth == 0 else drafting
+                target = mean if depth == 0 else mean_drafting
                 logs[depth] = target + evidence[depth] / (evidence[depth] + RESIDUAL_PSEUDO) * (r - target)
         return np.exp(logs)
-
-    def _evidence(self, steps: int, last: int) -> float:
-        """A depth's residual's weight: its steps (as many as the running mean holds), fading with the steps since
-        it ran."""
-        return min(steps, 1.0 / RESIDUAL_RATE) * RESIDUAL_AGE ** (self._steps - last)
-
-    def _class_levels(self) -> tuple[float, float]:
-        """(parked, drafting) log residuals over every bucket, each depth weighed by its evidence against
-        ``RESIDUAL_PSEUDO`` steps at the fit's own price; kept until the next step is recorded."""
-        if self._levels is None:
-            sums = [[0.0, RESIDUAL_PSEUDO], [0.0, RESIDUAL_PSEUDO]]  # [parked, drafting]: [sum of e r, sum of e]
-            for by_depth in self._residual.values():
-                for depth, (r, n, last) in by_depth.items():
-                    level, weight = sums[depth > 0], self._evidence(n, last)
-                    level[0] += weight * r
-                    level[1] += weight
-            self._levels = (sums[0][0] / sums[0][1], sums[1][0] / sums[1][1])
-        return self._levels
 
     def modelled_step_ms(self, batch: int, verify_tokens: int, depth: int, draft_rows: int, drafting: int,
                          context: int) -> float:
@@ -362,7 +344,6 @@ class StepCostModel:
         if modelled_ms <= 0 or ms <= 0 or ms > OUTLIER_FACTOR * modelled_ms:  # a stall (first use of a shape)
             return
         self._steps += 1
-        self._levels = None
         running = self._residual.setdefault(_bucket_of(batch), {}).setdefault(depth, [0.0, 0, 0])
         running[2] = self._steps
         r = float(np.log(ms / modelled_ms))

@@ -202,11 +202,10 @@ def test_measured_steps_correct_the_price_of_their_batch_size_and_depth():
     assert model.step_ms(32, 64, 1, corrected=False) == pytest.approx(10.0)
     assert model.step_ms(32, np.array([64, 96]), np.array([1, 3])).tolist() == pytest.approx(
         [10.0 * factor[1], 10.0 * factor[3]])
-    # an unseen bucket: every bucket's drafting steps, leaning towards the fit's price by how little they hold
-    assert 1.0 < model.depth_factor(2, 1)[1] < np.sqrt(2.0)
+    assert model.depth_factor(2, 1)[1] == pytest.approx(np.sqrt(2.0))  # an unseen bucket: the mean of all
 
 
-def test_a_depth_measured_once_or_long_ago_leans_towards_the_fits_price():
+def test_a_depth_measured_once_or_long_ago_leans_towards_its_buckets_mean():
     """One noisy step must not price a depth for good: priced too dear, it is never chosen, so never measured
     again (a k = 0 step once priced at twice its cost kept a doomed request drafting for 38 steps)."""
     model = StepCostModel(verify_coef=[10.0, 0.0, 0.0, 0.0], draft_coef=[0.0, 0.0, 0.0, 0.0, 0.0])
@@ -214,7 +213,7 @@ def test_a_depth_measured_once_or_long_ago_leans_towards_the_fits_price():
         model.record_step(4, 1, 10.0, 10.0)
     model.record_step(4, 0, 10.0, 20.0)  # one slow step at depth 0
     once = model.depth_factor(4, 1)[0]
-    assert 1.2 < once < 1.8  # between the fit's price and its own 2x
+    assert 1.2 < once < 1.6  # between the bucket's mean and its own 2x
     for _ in range(200):  # depth 0 not run again
         model.record_step(4, 1, 10.0, 10.0)
     assert model.depth_factor(4, 1)[0] < 1.1
@@ -278,21 +277,5 @@ def test_drafting_depths_lean_on_drafting_steps_not_on_parked_ones():
     factor = model.depth_factor(1, 7)
     assert factor[0] == pytest.approx(0.7, rel=0.02)
     assert factor[1:] == pytest.approx(np.ones(7), rel=0.02)  # run long ago (3, 4) or never (the rest)
-    unseen = model.depth_factor(8, 7)  # a bucket not run yet: the same split
-    assert 0.7 <= unseen[0] < 0.76 and unseen[5] == pytest.approx(1.0, rel=0.02)
-
-
-def test_parking_in_a_bucket_that_only_drafted_is_priced_by_parked_steps_not_by_drafting_ones():
-    """At 16 requests/s on the mixed prompts, drafting steps of 8-9 requests ran at 1.4x of the fit and no step of
-    that size had parked: priced at the drafting steps' 1.4x, parking looked dear, the batch drafted at a loss (0.73
-    tokens/ms against a parked step's 1.0) and depth 0 was never measured there. Parked steps elsewhere (0.8x)
-    price it; where none has run anywhere, the fit does."""
-    model = StepCostModel()
-    for _ in range(6):
-        model.record_step(8, 3, modelled_ms=20.0, ms=28.0)
-    assert model.depth_factor(8, 7)[0] == pytest.approx(1.0)  # no parked step anywhere: the fit's price
-    assert model.depth_factor(8, 7)[3] == pytest.approx(1.4)
-    for _ in range(6):
-        model.record_step(2, 0, modelled_ms=10.0, ms=8.0)
-    factor = model.depth_factor(8, 7)
-    assert 0.8 <= factor[0] < 0.85 and factor[3] == pytest.approx(1.4, rel=0.01)
+    assert model.depth_factor(8, 7)[0] == pytest.approx(0.7, rel=0.02)  # a bucket not run yet: the same split
+    assert model.depth_factor(8, 7)[5] == pytest.approx(1.0, rel=0.02)
