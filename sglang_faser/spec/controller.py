@@ -32,6 +32,8 @@ short: a request in back-off is probed one draft deep (``AcceptanceTracker.probe
 that hope alone drafts (the posterior means would give it no drafts); while its drafts pass, it keeps a new
 request's hopes along the rest of its chain (``probed_short``), so a sure request drafts deep from its second step
 and a doomed one pays a one-draft step instead of a full-depth one (several plain steps at small batches on CPU).
+The cost side probes alike (``_priced_short``): at a batch size where no recent drafting step measured what
+drafting costs, the step drafts one deep, so the cheapest drafting depth is priced by its own steps first.
 """
 
 from __future__ import annotations
@@ -223,6 +225,7 @@ class LengthController:
                                 resume_ms=resume, sure_probs=means)
         if self.config.mode is Mode.ADAPTIVE and plan.lengths.any():
             plan = self._as_probe(rids, plan, probs, means, limit, mins, uniform, weights, context, resume)
+            plan = self._priced_short(plan, probs, mins, uniform, context, resume)
         lengths = plan.lengths
         c = self.counters
         calibration = self.calibrating and not padded and self.config.mode is Mode.ADAPTIVE
@@ -269,6 +272,18 @@ class LengthController:
         lengths = np.maximum(np.minimum(lengths, limits), mins)
         if (lengths == plan.lengths).all():
             return plan
+        priced = evaluate(probs, lengths, self.cost, uniform, context, resume) if self.explain else (0.0, 0.0)
+        return StepPlan(lengths, *priced)
+
+    def _priced_short(self, plan: StepPlan, probs, mins, uniform: bool, context: int, resume) -> StepPlan:
+        """The plan one draft deep where no recent drafting step has priced its batch size (the cost-side probe, as
+        ``_as_probe`` is the acceptance side's): a depth never run at a batch size takes its price from the depths
+        that were, and at 32 requests on CPU one draft cost 1.2x a parked step where three cost 3x, while the fit,
+        fitted on smaller batches, priced them alike: drafting there started three deep and stayed there. Probed
+        one deep first, depth 1 is priced by its own steps and deeper ones are tried as their prices justify."""
+        if plan.lengths.max(initial=0) <= 1 or not self.cost.drafting_unpriced(len(plan.lengths)):
+            return plan
+        lengths = np.maximum(np.minimum(plan.lengths, 1), mins)
         priced = evaluate(probs, lengths, self.cost, uniform, context, resume) if self.explain else (0.0, 0.0)
         return StepPlan(lengths, *priced)
 

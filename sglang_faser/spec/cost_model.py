@@ -74,6 +74,9 @@ RESIDUAL_AGE = 0.98  # per step since a depth last ran: how much its own residua
 LOCAL_WEIGHT = 0.25  # a sample's weight in the fit for a batch-size bucket, per bucket away from it
 PRIOR_SHARE = 1.0  # the profile prior's weight in a refit, relative to the online window's samples together
 RIDGE = 1e-4  # penalty on the per-request terms, relative to each term's own sum of squares
+# a bucket's fit adds this penalty, quartered by each sample of that bucket or a larger one that exercises the
+# per-request terms: slopes fitted on smaller batches are not extrapolated to larger ones that have not run such steps
+BORROWED_RIDGE = 1.0
 
 
 def _weighted_mean(seen: dict, evidence: dict, depths: list[int]) -> float:
@@ -149,9 +152,9 @@ def _bucket_of(batch: int) -> int:
 
 
 def _fit_nonnegative(x: np.ndarray, y: np.ndarray, fallback: np.ndarray, penalised: np.ndarray,
-                     weight: np.ndarray | None = None) -> np.ndarray:
+                     weight: np.ndarray | None = None, ridge: float = RIDGE) -> np.ndarray:
     """Least squares with non-negative coefficients (a cost never falls as work grows), the ``penalised`` terms
-    ridge-penalised by ``RIDGE`` x their own sum of squares (see the module docstring); ``weight``: each
+    ridge-penalised by ``ridge`` x their own sum of squares (see the module docstring); ``weight``: each
     sample's weight (weighted least squares). Terms whose coefficient comes out negative are dropped and the rest
     refitted, until none is negative.
     """
@@ -160,8 +163,8 @@ def _fit_nonnegative(x: np.ndarray, y: np.ndarray, fallback: np.ndarray, penalis
     if weight is not None:
         root = np.sqrt(weight)
         x, y = x * root[:, None], y * root
-    ridge = np.diag(np.sqrt(RIDGE * (x * x).sum(axis=0)) * penalised)[penalised]
-    x, y = np.vstack([x, ridge]), np.concatenate([y, np.zeros(len(ridge))])
+    penalty = np.diag(np.sqrt(ridge * (x * x).sum(axis=0)) * penalised)[penalised]
+    x, y = np.vstack([x, penalty]), np.concatenate([y, np.zeros(len(penalty))])
     active = np.ones(x.shape[1], dtype=bool)
     coef = np.zeros(x.shape[1])
     while active.any():
@@ -248,13 +251,20 @@ class StepCostModel:
 
     def _local_fit(self, phase: str, bucket: int) -> np.ndarray:
         """The fit for one batch-size bucket, made when first asked for after a refit (a step asks for one); with
-        no sample in the bucket itself, the nearest buckets' samples dominate it."""
+        no sample in the bucket itself, the nearest buckets' samples dominate it. Its per-request terms are
+        penalised the more, the fewer samples of batches at least as large exercise them (``BORROWED_RIDGE``): a
+        slope fitted on smaller batches, extrapolated, priced drafting at 32 requests on CPU at 2-3x a parked step
+        where it cost 1.2x (a few slow deep steps at 8-12 requests set it), and a price too dear is never tried
+        and so never corrected; too cheap, the first such step measures it (module docstring)."""
         local = self._local[phase]
         if bucket not in local:
             x, y, buckets, weight = self._kept_samples[phase]
             fitted = self.verify_coef if phase == VERIFY else self.draft_coef
-            weight = weight * LOCAL_WEIGHT ** np.abs(buckets - bucket).astype(float)
-            local[bucket] = _fit_nonnegative(x, y, fitted, PER_REQUEST[phase], weight=weight)
+            penalised = PER_REQUEST[phase]
+            above = math.fsum(weight[(buckets >= bucket) & (x[:, penalised] != 0).any(axis=1)])
+            local[bucket] = _fit_nonnegative(x, y, fitted, penalised,
+                                             weight=weight * LOCAL_WEIGHT ** np.abs(buckets - bucket).astype(float),
+                                             ridge=RIDGE + BORROWED_RIDGE * 0.25 ** above)
         return local[bucket]
 
     # -- queries (vectorised over candidate plans) ------------------------------------------------------
@@ -307,8 +317,10 @@ class StepCostModel:
         drafting depths' mean, not towards parked steps' (depth 0, the target's plain decode, a different shape
         whose error says little about drafting's): at batch 1 on CPU (mixed prompts at 1 request/s) parked steps
         ran at 0.66-0.79x of the fit while the drafting depths ran at 0.85-1.0x, and a long parked stretch pulled
-        every drafting depth seldom run towards the parked steps' factor. Plain Python over a few depths (every
-        step asks)."""
+        every drafting depth seldom run towards the parked steps' factor. A drafting depth not run in the bucket
+        takes its factor from the run ones nearest it on either side (the fit's error grows with depth: at 32
+        requests on CPU one draft ran at 0.7x of the fit and three at 1.6x, and depth 1 priced at the drafting
+        mean was never tried). Plain Python over a few depths (every step asks)."""
         if not self._residual:
             return np.ones(max_depth + 1)
         seen = self._residual.get(_bucket_of(batch))
@@ -317,18 +329,39 @@ class StepCostModel:
             parked = [r for depth, r in everywhere if depth == 0] or [r for _, r in everywhere]
             drafting = [r for depth, r in everywhere if depth > 0] or parked
             return np.exp([sum(parked) / len(parked)] + [sum(drafting) / len(drafting)] * max_depth)
-        # each depth's evidence: its steps (as many as the running mean holds), fading with the steps since it ran
-        evidence = {depth: min(n, 1.0 / RESIDUAL_RATE) * RESIDUAL_AGE ** (self._steps - last)
-                    for depth, (_, n, last) in seen.items()}
+        evidence = self._evidence(seen)
         mean = _weighted_mean(seen, evidence, list(evidence))  # the bucket's, steps weighed
         drafted = [depth for depth in evidence if depth > 0]
         mean_drafting = _weighted_mean(seen, evidence, drafted) if drafted else mean
-        logs = [mean] + [mean_drafting] * max_depth
-        for depth, (r, _, _) in seen.items():
-            if depth <= max_depth:
-                target = mean if depth == 0 else mean_drafting
-                logs[depth] = target + evidence[depth] / (evidence[depth] + RESIDUAL_PSEUDO) * (r - target)
+        # as the bucket's drafting evidence fades, its drafting depths lean towards the lower of that mean and the
+        # bucket's parked level: one slow drafting step (the first after a long parked stretch ran at 1.5-1.7x) kept
+        # every drafting depth of 16-31 requests dear for the rest of a run, never tried again
+        faded = RESIDUAL_PSEUDO / (math.fsum(evidence[d] for d in drafted) + RESIDUAL_PSEUDO)
+        mean_drafting += faded * (min(mean_drafting, seen[0][0] if 0 in seen else mean) - mean_drafting)
+
+        def leaned(depth: int, r: float) -> float:  # a run depth's residual, weighed against its target's
+            target = mean if depth == 0 else mean_drafting
+            return target + evidence[depth] / (evidence[depth] + RESIDUAL_PSEUDO) * (r - target)
+
+        own = {depth: leaned(depth, r) for depth, (r, _, _) in seen.items()}
+        logs = np.full(max_depth + 1, mean_drafting)
+        logs[0] = own.get(0, mean)
+        if drafted and max_depth:  # a drafting depth not run: from the run ones nearest it on either side
+            drafted.sort()
+            logs[1:] = np.interp(np.arange(1, max_depth + 1), drafted, [own[d] for d in drafted])
         return np.exp(logs)
+
+    def _evidence(self, seen: dict) -> dict:
+        """Each depth's evidence in a bucket: its steps (as many as the running mean holds), fading with the steps
+        since it last ran."""
+        return {depth: min(n, 1.0 / RESIDUAL_RATE) * RESIDUAL_AGE ** (self._steps - last)
+                for depth, (_, n, last) in seen.items()}
+
+    def drafting_unpriced(self, batch: int) -> bool:
+        """Whether steps are measured but less than one recent drafting step (faded by age) at ``batch``'s bucket
+        priced its drafting depths."""
+        seen = self._residual.get(_bucket_of(batch), {})
+        return self._steps > 0 and math.fsum(e for depth, e in self._evidence(seen).items() if depth > 0) < 1.0
 
     def modelled_step_ms(self, batch: int, verify_tokens: int, depth: int, draft_rows: int, drafting: int,
                          context: int) -> float:

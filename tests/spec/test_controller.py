@@ -68,6 +68,31 @@ def test_a_sure_request_is_tried_even_when_the_server_expects_little():
     assert 0 < first <= 20 and min(lengths[first:]) > 0 and lengths[-1] == 5, lengths
 
 
+def test_drafting_at_a_batch_size_no_recent_drafting_step_priced_is_probed_one_draft_deep():
+    """Sure requests drafting deep at 16 requests; 16 more join, and 32 requests have no drafting step of their
+    own to price them: the step drafts one deep (a depth's price otherwise comes from the depths that ran, and at
+    32 requests on CPU three drafts cost 3x a parked step where one cost 1.2x); once it is measured, they draft
+    deep again."""
+    controller = LengthController(FaserConfig(max_len=5), window=5, cost=_cheap_drafts(), calibration_sweeps=0)
+
+    def step(rids):
+        decision = controller.decide(rids)
+        controller.observe(decision.lengths)  # every draft passes
+        lengths = decision.lengths
+        shape = (len(rids), len(rids) + int(lengths.sum()), decision.depth, int(np.maximum(lengths - 1, 0).sum()),
+                 int(np.count_nonzero(lengths)), 0)
+        controller.record_step(*shape, ms=controller.cost.modelled_step_ms(*shape))  # as the fit prices it
+        return lengths
+
+    first = [f"a{i}" for i in range(16)]
+    for _ in range(8):
+        lengths = step(first)
+    assert lengths.min() == 5
+    both = first + [f"b{i}" for i in range(16)]
+    assert step(both).max() == 1
+    assert step(both)[:16].min() == 5
+
+
 def test_at_batch_one_on_cpu_a_new_request_is_probed_one_draft_deep_and_a_passing_one_deeper_at_once():
     """The tiny cycle pair's measured costs (a draft forward costs about a plain step; one draft does not pay
     even when it passes, five do): after a sure and a doomed request finished, a new request is drafted on hope
