@@ -32,8 +32,8 @@ short: a request in back-off is probed one draft deep (``AcceptanceTracker.probe
 that hope alone drafts (the posterior means would give it no drafts); while its drafts pass, it keeps a new
 request's hopes along the rest of its chain (``probed_short``), so a sure request drafts deep from its second step
 and a doomed one pays a one-draft step instead of a full-depth one (several plain steps at small batches on CPU).
-The cost side probes alike (``_priced_short``): at a batch size where no recent drafting step measured what
-drafting costs, the step drafts one deep, so the cheapest drafting depth is priced by its own steps first.
+The cost side probes alike (``_priced_short``): a step drafts at most one deeper than the deepest depth recent
+steps of its batch size measured, so each depth is priced by its own steps before a deeper one is tried.
 """
 
 from __future__ import annotations
@@ -276,16 +276,19 @@ class LengthController:
         return StepPlan(lengths, *priced)
 
     def _priced_short(self, plan: StepPlan, probs, mins, uniform: bool, context: int, resume) -> StepPlan:
-        """The plan one draft deep where no recent drafting step has priced its batch size (the cost-side probe, as
-        ``_as_probe`` is the acceptance side's): a depth never run at a batch size takes its price from the depths
-        that were, and at 32 requests on CPU one draft cost 1.2x a parked step where three cost 3x, while the fit,
-        fitted on smaller batches, priced them alike: drafting there started three deep and stayed there. Probed
-        one deep first, depth 1 is priced by its own steps and deeper ones are tried as their prices justify."""
-        if plan.lengths.max(initial=0) <= 1 or not self.cost.drafting_unpriced(len(plan.lengths)):
+        """The plan at most one draft deeper than the deepest depth recent steps of its batch size measured (the
+        cost-side probe, as ``_as_probe`` is the acceptance side's): a depth not run at a batch size takes its
+        price from the depths that were, and the fit's error grows with depth. At 32 requests on CPU one draft
+        cost 1.2x a parked step where three cost 3x, while the fit, fitted on smaller batches, priced them alike:
+        drafting there started three deep and stayed there; with every depth tried at once, each deeper one
+        cost a step of its own. Probed one deeper at a time, each depth is priced by its own steps before the
+        next is tried."""
+        priced = self.cost.priced_depth(len(plan.lengths))
+        if priced is None or plan.lengths.max(initial=0) <= priced + 1:
             return plan
-        lengths = np.maximum(np.minimum(plan.lengths, 1), mins)
-        priced = evaluate(probs, lengths, self.cost, uniform, context, resume) if self.explain else (0.0, 0.0)
-        return StepPlan(lengths, *priced)
+        lengths = np.maximum(np.minimum(plan.lengths, priced + 1), mins)
+        expected = evaluate(probs, lengths, self.cost, uniform, context, resume) if self.explain else (0.0, 0.0)
+        return StepPlan(lengths, *expected)
 
     def _warmup_step(self, rids: list[str], caps: np.ndarray | None, padded: bool, mixed: bool) -> StepDecision:
         """The warm-up sweep's next step over every depth the window has (a later policy may allow any of them);

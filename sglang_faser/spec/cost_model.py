@@ -28,7 +28,9 @@ Which part of a cost is fixed and which grows with the batch cannot be told apar
 the fixed terms: the per-request terms carry a small ridge penalty, so they only take what batch-size variation in
 the samples shows. That errs towards pricing speculation at a larger batch too cheaply, which the policy then
 tries and the fit corrects, rather than too dearly, which it would never try again (a step without drafts says
-nothing about what drafting costs).
+nothing about what drafting costs). For the same reason a batch-size bucket's fit does not extrapolate the
+per-request slopes of smaller batches to its own until steps of its size (or larger) exercise them
+(``BORROWED_RIDGE``).
 
 A request that drafts again after steps at k_i = 0 first catches its draft up (one batched draft extend over
 its skipped rows, ``engine/draft_backlog.py``): a one-off, kept out of the per-step fit and priced by its own
@@ -43,9 +45,9 @@ is not linear in depth, a machine loaded by other work since the start-up profil
 measured time is therefore also compared with the fit's price for its shape: ``residual`` keeps, per batch-size
 bucket and depth, a running mean of log(measured / modelled), and ``step_ms`` multiplies the fit's price by it.
 It moves within a few steps (a burst of a new batch size is priced from its first steps, not 32 steps later);
-a depth not yet run in a bucket takes the mean of the depths that were (the load on the machine moves every
-depth alike), a bucket not yet seen the mean over all buckets, and a depth run once or long ago leans towards
-its bucket's mean.
+a drafting depth not yet run in a bucket takes its factor from the run drafting depths nearest it (the load on
+the machine moves every depth alike, the fit's error grows with depth), a bucket not yet seen the mean over all
+buckets, and a depth run once or long ago leans towards its bucket's mean.
 
 Profile samples stay as a prior, weighing as much as the online samples together; online samples live in a
 sliding window, so the fit follows load and thermal drift without forgetting the shape the profile established
@@ -71,6 +73,7 @@ RESIDUAL_RATE = 0.25  # weight of the newest step in a (bucket, depth) running m
 RESIDUAL_CLIP = 0.4  # how far (in log) one step may pull that mean's sample from it, after the first two
 RESIDUAL_PSEUDO = 1.0  # steps' worth of the bucket's mean a depth's own residual is weighed against
 RESIDUAL_AGE = 0.98  # per step since a depth last ran: how much its own residual still counts
+PRICED_EVIDENCE = 0.25  # a depth's evidence (a step's worth, fading with age) for its price to count as measured
 LOCAL_WEIGHT = 0.25  # a sample's weight in the fit for a batch-size bucket, per bucket away from it
 PRIOR_SHARE = 1.0  # the profile prior's weight in a refit, relative to the online window's samples together
 RIDGE = 1e-4  # penalty on the per-request terms, relative to each term's own sum of squares
@@ -357,11 +360,13 @@ class StepCostModel:
         return {depth: min(n, 1.0 / RESIDUAL_RATE) * RESIDUAL_AGE ** (self._steps - last)
                 for depth, (_, n, last) in seen.items()}
 
-    def drafting_unpriced(self, batch: int) -> bool:
-        """Whether steps are measured but less than one recent drafting step (faded by age) at ``batch``'s bucket
-        priced its drafting depths."""
+    def priced_depth(self, batch: int) -> int | None:
+        """The deepest drafting depth recent steps of ``batch``'s bucket measured (evidence faded by age at least
+        ``PRICED_EVIDENCE``; 0: none), or None before any step is measured."""
+        if not self._steps:
+            return None
         seen = self._residual.get(_bucket_of(batch), {})
-        return self._steps > 0 and math.fsum(e for depth, e in self._evidence(seen).items() if depth > 0) < 1.0
+        return max((depth for depth, e in self._evidence(seen).items() if e >= PRICED_EVIDENCE), default=0)
 
     def modelled_step_ms(self, batch: int, verify_tokens: int, depth: int, draft_rows: int, drafting: int,
                          context: int) -> float:

@@ -68,11 +68,11 @@ def test_a_sure_request_is_tried_even_when_the_server_expects_little():
     assert 0 < first <= 20 and min(lengths[first:]) > 0 and lengths[-1] == 5, lengths
 
 
-def test_drafting_at_a_batch_size_no_recent_drafting_step_priced_is_probed_one_draft_deep():
+def test_drafting_at_a_batch_size_goes_one_depth_deeper_than_its_recent_steps_measured():
     """Sure requests drafting deep at 16 requests; 16 more join, and 32 requests have no drafting step of their
     own to price them: the step drafts one deep (a depth's price otherwise comes from the depths that ran, and at
-    32 requests on CPU three drafts cost 3x a parked step where one cost 1.2x); once it is measured, they draft
-    deep again."""
+    32 requests on CPU three drafts cost 3x a parked step where one cost 1.2x), and each step after it one deeper
+    than the last measured, while the model's prices keep justifying it."""
     controller = LengthController(FaserConfig(max_len=5), window=5, cost=_cheap_drafts(), calibration_sweeps=0)
 
     def step(rids):
@@ -90,7 +90,7 @@ def test_drafting_at_a_batch_size_no_recent_drafting_step_priced_is_probed_one_d
     assert lengths.min() == 5
     both = first + [f"b{i}" for i in range(16)]
     assert step(both).max() == 1
-    assert step(both)[:16].min() == 5
+    assert [int(step(both)[:16].min()) for _ in range(5)] == [2, 3, 4, 5, 5]
 
 
 def test_at_batch_one_on_cpu_a_new_request_is_probed_one_draft_deep_and_a_passing_one_deeper_at_once():

@@ -303,12 +303,12 @@ def test_drafting_depths_lean_on_drafting_steps_until_a_long_parked_stretch_leav
         model.record_step(1, 0, modelled_ms=10.0, ms=7.0)
     factor = model.depth_factor(1, 7)
     assert factor[0] < 0.8 and (factor[1:] > 1.3).all()  # near drafting's 1.5
-    assert not model.drafting_unpriced(1)
+    assert model.priced_depth(1) == 4
     for _ in range(300):  # a long parked stretch: the drafting depths' evidence fades
         model.record_step(1, 0, modelled_ms=10.0, ms=7.0)
-    assert model.drafting_unpriced(1)
+    assert model.priced_depth(1) == 0
     assert model.depth_factor(1, 7) == pytest.approx(np.full(8, 0.7), rel=0.05)
     model.record_step(1, 3, modelled_ms=20.0, ms=30.0)  # a drafting step prices drafting again
-    assert not model.drafting_unpriced(1)
+    assert model.priced_depth(1) == 3
     assert model.depth_factor(1, 7)[5] > 1.2
     assert model.depth_factor(8, 7)[5] == pytest.approx(1.5, rel=0.02)  # a bucket not run yet: drafting's mean
