@@ -234,6 +234,7 @@ class StepCostModel:
         # batch bucket -> depth -> [mean log(measured / modelled), steps, the step it last ran]
         self._residual: dict[int, dict[int, list]] = {}
         self._steps = 0  # steps recorded
+        self._factors: dict[tuple[int, int], np.ndarray] = {}  # ``depth_factor`` by (bucket, depth) till a step
 
     def samples(self, phase: str, online: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(features [n, F], ms [n], batch size [n]) the fit holds for ``phase``: the latest steps' (``online``) or
@@ -323,7 +324,17 @@ class StepCostModel:
         every drafting depth seldom run towards the parked steps' factor. A drafting depth not run in the bucket
         takes its factor from the run ones nearest it on either side (the fit's error grows with depth: at 32
         requests on CPU one draft ran at 0.7x of the fit and three at 1.6x, and depth 1 priced at the drafting
-        mean was never tried). Plain Python over a few depths (every step asks)."""
+        mean was never tried). Kept until the next step is recorded: a decision asks several times (its plan, its
+        priced alternatives), and the residuals and their ages only move when a step is recorded."""
+        key = (_bucket_of(batch), max_depth)
+        factor = self._factors.get(key)
+        if factor is None:
+            factor = self._factors[key] = self._depth_factor(batch, max_depth)
+            factor.flags.writeable = False
+        return factor
+
+    def _depth_factor(self, batch: int, max_depth: int) -> np.ndarray:
+        """``depth_factor``, computed (plain Python over a few depths)."""
         if not self._residual:
             return np.ones(max_depth + 1)
         seen = self._residual.get(_bucket_of(batch))
@@ -382,6 +393,7 @@ class StepCostModel:
         if modelled_ms <= 0 or ms <= 0 or ms > OUTLIER_FACTOR * modelled_ms:  # a stall (first use of a shape)
             return
         self._steps += 1
+        self._factors.clear()
         running = self._residual.setdefault(_bucket_of(batch), {}).setdefault(depth, [0.0, 0, 0])
         running[2] = self._steps
         r = float(np.log(ms / modelled_ms))
