@@ -347,23 +347,36 @@ class StepCostModel:
         mean = _weighted_mean(seen, evidence, list(evidence))  # the bucket's, steps weighed
         drafted = [depth for depth in evidence if depth > 0]
         mean_drafting = _weighted_mean(seen, evidence, drafted) if drafted else mean
+        parked = self._parked_level(_bucket_of(batch), mean)
         # as the bucket's drafting evidence fades, its drafting depths lean towards the lower of that mean and the
         # bucket's parked level: one slow drafting step (the first after a long parked stretch ran at 1.5-1.7x) kept
         # every drafting depth of 16-31 requests dear for the rest of a run, never tried again
         faded = RESIDUAL_PSEUDO / (math.fsum(evidence[d] for d in drafted) + RESIDUAL_PSEUDO)
-        mean_drafting += faded * (min(mean_drafting, seen[0][0] if 0 in seen else mean) - mean_drafting)
+        mean_drafting += faded * (min(mean_drafting, seen[0][0] if 0 in seen else parked) - mean_drafting)
 
         def leaned(depth: int, r: float) -> float:  # a run depth's residual, weighed against its target's
-            target = mean if depth == 0 else mean_drafting
+            target = parked if depth == 0 else mean_drafting
             return target + evidence[depth] / (evidence[depth] + RESIDUAL_PSEUDO) * (r - target)
 
         own = {depth: leaned(depth, r) for depth, (r, _, _) in seen.items()}
         logs = np.full(max_depth + 1, mean_drafting)
-        logs[0] = own.get(0, mean)
+        logs[0] = own.get(0, parked)
         if drafted and max_depth:  # a drafting depth not run: from the run ones nearest it on either side
             drafted.sort()
             logs[1:] = np.interp(np.arange(1, max_depth + 1), drafted, [own[d] for d in drafted])
         return np.exp(logs)
+
+    def _parked_level(self, bucket: int, fallback: float) -> float:
+        """What a parked step's residual leans on in ``bucket``: the parked residual of the nearest buckets that
+        ran parked steps (``fallback`` where none did). Not the bucket's own drafting steps: a parked step is the
+        target's plain decode, and at 32 requests on CPU, with only drafting steps measured there (at 1.5-2.3x of
+        the fit), a parked step priced at their level looked dearer than a three-deep one for a whole burst."""
+        levels = {b: by_depth[0][0] for b, by_depth in self._residual.items() if 0 in by_depth and b != bucket}
+        if not levels:
+            return fallback
+        near = min(abs(b - bucket) for b in levels)
+        nearest = [r for b, r in levels.items() if abs(b - bucket) == near]
+        return sum(nearest) / len(nearest)
 
     def _evidence(self, seen: dict) -> dict:
         """Each depth's evidence in a bucket: its steps (as many as the running mean holds), fading with the steps

@@ -255,6 +255,25 @@ def test_one_stalled_step_moves_the_residual_a_bounded_step():
     assert model.depth_factor(64, 3).tolist() == unseen.tolist()
 
 
+def test_a_parked_step_is_priced_by_parked_steps_of_nearby_batch_sizes_not_by_its_buckets_drafting_steps():
+    """At 32 requests with only drafting steps measured (here 2x the fit), a parked step is still the target's plain
+    decode: it is priced by the parked steps nearest in batch size (1x at 16-31), not at drafting's 2x. Priced at
+    drafting's level a parked step looked dearer than a three-deep one for a whole burst at 64 requests/s, and so
+    was never measured."""
+    model = StepCostModel()
+    for _ in range(4):
+        model.record_step(16, 0, modelled_ms=20.0, ms=20.0)  # 16-31 requests: parked steps as the fit prices them
+        model.record_step(2, 0, modelled_ms=5.0, ms=3.0)  # a far bucket's parked steps weigh nothing here
+    for depth in (1, 2, 3):
+        for _ in range(4):
+            model.record_step(32, depth, modelled_ms=40.0, ms=80.0)  # 32-63: drafting steps only, at 2x
+    factor = model.depth_factor(32, 7)
+    assert factor[0] == pytest.approx(1.0, rel=0.02)
+    assert (factor[1:] > 1.8).all()
+    model.record_step(32, 0, modelled_ms=20.0, ms=26.0)  # its own parked step moves it
+    assert 1.05 < model.depth_factor(32, 7)[0] < 1.3
+
+
 def test_a_bucket_long_unused_still_prices_its_depths():
     model = StepCostModel(verify_coef=[10.0, 0.0, 0.0, 0.0], draft_coef=[0.0, 0.0, 0.0, 0.0, 0.0])
     model.record_step(4, 1, 10.0, 20.0)
