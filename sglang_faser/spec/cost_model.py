@@ -338,11 +338,11 @@ class StepCostModel:
         if not self._residual:
             return np.ones(max_depth + 1)
         seen = self._residual.get(_bucket_of(batch))
-        if not seen:  # a bucket not run yet: every bucket's parked and drafting residuals, each alike
-            everywhere = [(depth, r) for by_depth in self._residual.values() for depth, (r, _, _) in by_depth.items()]
-            parked = [r for depth, r in everywhere if depth == 0] or [r for _, r in everywhere]
-            drafting = [r for depth, r in everywhere if depth > 0] or parked
-            return np.exp([sum(parked) / len(parked)] + [sum(drafting) / len(drafting)] * max_depth)
+        if not seen:  # a bucket not run yet: the nearest parked residuals, every bucket's drafting ones alike
+            everywhere = [r for by_depth in self._residual.values() for r, _, _ in by_depth.values()]
+            drafting = [r for by_depth in self._residual.values() for d, (r, _, _) in by_depth.items() if d > 0]
+            parked = self._parked_level(_bucket_of(batch), sum(everywhere) / len(everywhere))
+            return np.exp([parked] + [sum(drafting) / len(drafting) if drafting else parked] * max_depth)
         evidence = self._evidence(seen)
         mean = _weighted_mean(seen, evidence, list(evidence))  # the bucket's, steps weighed
         drafted = [depth for depth in evidence if depth > 0]
