@@ -270,6 +270,7 @@ def test_a_parked_step_is_priced_by_parked_steps_of_nearby_batch_sizes_not_by_it
     factor = model.depth_factor(32, 7)
     assert factor[0] == pytest.approx(1.0, rel=0.02)
     assert (factor[1:] > 1.8).all()
+    assert model.depth_factor(64, 7)[0] == pytest.approx(1.0, rel=0.02)  # a batch size not run yet alike
     model.record_step(32, 0, modelled_ms=20.0, ms=26.0)  # its own parked step moves it
     assert 1.05 < model.depth_factor(32, 7)[0] < 1.3
 
