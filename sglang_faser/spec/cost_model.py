@@ -45,9 +45,12 @@ is not linear in depth, a machine loaded by other work since the start-up profil
 measured time is therefore also compared with the fit's price for its shape: ``residual`` keeps, per batch-size
 bucket and depth, a running mean of log(measured / modelled), and ``step_ms`` multiplies the fit's price by it.
 It moves within a few steps (a burst of a new batch size is priced from its first steps, not 32 steps later);
-a drafting depth not yet run in a bucket takes its factor from the run drafting depths nearest it (the load on
-the machine moves every depth alike, the fit's error grows with depth), a bucket not yet seen the mean over all
-buckets, and a depth run once or long ago leans towards its bucket's mean.
+a parked step (depth 0, the target's plain decode) not run in a bucket takes the parked factor of the nearest
+buckets that ran one, never the bucket's drafting steps'; a drafting depth not yet run in a bucket takes its
+factor from the run drafting depths nearest it (the load on the machine moves every depth alike, the fit's error
+grows with depth), a bucket not yet seen the nearest parked factor and the mean of every drafting one, and a depth
+run once or long ago leans towards its kind's level (parked: the nearest parked factor; drafting: the bucket's
+drafting mean).
 
 Profile samples stay as a prior, weighing as much as the online samples together; online samples live in a
 sliding window, so the fit follows load and thermal drift without forgetting the shape the profile established
@@ -324,7 +327,8 @@ class StepCostModel:
         every drafting depth seldom run towards the parked steps' factor. A drafting depth not run in the bucket
         takes its factor from the run ones nearest it on either side (the fit's error grows with depth: at 32
         requests on CPU one draft ran at 0.7x of the fit and three at 1.6x, and depth 1 priced at the drafting
-        mean was never tried). Kept until the next step is recorded: a decision asks several times (its plan, its
+        mean was never tried). Depth 0 leans on the parked steps of the nearest batch sizes instead
+        (``_parked_level``). Kept until the next step is recorded: a decision asks several times (its plan, its
         priced alternatives), and the residuals and their ages only move when a step is recorded."""
         key = (_bucket_of(batch), max_depth)
         factor = self._factors.get(key)

@@ -5,7 +5,8 @@ optional logit cap and the verify masks. Decodes and short extends (verify, draf
 padded pass through PyTorch's SDPA; which keys and rows each request reads and sees (the layout) is built by a
 forward pass's first layer and reused by the others, since on CPU with small models these small ops, not the
 arithmetic, are the cost (``benchmarks/cpu_attention.py``: a 12-layer verify pass of 16 requests x 6 rows and a
-decode each take 0.36-0.38x the time they took when every layer rebuilt them). Prefill extends loop per request.
+decode each take 0.36-0.38x the time they took when every layer rebuilt them). Prefill extends loop per request,
+each through SDPA too.
 The caller is ``srt/layers/attention/intel_amx_backend.py`` (``forward_extend`` at :230, call at :290;
 ``forward_decode`` at :316, call at :383), which passes every argument positionally. Sliding windows, attention
 sinks, cross-attention and encoder lengths are not implemented and raise, so misuse is loud rather than silently
