@@ -40,17 +40,6 @@ def _reject_unsupported(
         raise NotImplementedError(f"{op}: attention sinks are not supported by the CPU stand-in")
 
 
-def _gather_kv(cache: torch.Tensor, slots: torch.Tensor, scale: float, num_heads: int) -> torch.Tensor:
-    """Rows ``slots`` of a ``[slots, H_kv, D]`` cache as scaled float32 ``[H, L, D]``, KV heads repeated."""
-    rows = cache[slots].to(torch.float32)
-    if scale != 1.0:
-        rows = rows * scale
-    group = num_heads // rows.shape[1]
-    if group * rows.shape[1] != num_heads:
-        raise ValueError(f"query heads {num_heads} are not a multiple of KV heads {rows.shape[1]}")
-    return rows.repeat_interleave(group, dim=1).transpose(0, 1)
-
-
 def _attend(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -72,26 +61,37 @@ def _attend(
     return torch.einsum("hml,hld->mhd", probs, v)
 
 
-def _attend_one(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, key_scale: float,
-                value_scale: float, visible: torch.Tensor | None, causal: bool, sm_scale: float) -> torch.Tensor:
-    """One request's prefill rows ``q [M, H, D]`` over the cache rows ``slots``, through PyTorch's SDPA (its fused
-    CPU kernel where ``causal``: a prefill without prefix): float32 ``[M, H, Dv]``, a row that sees no key gets
-    zeros. The padded batch pass is for short extends; a prefill's per-request einsum and softmax over float32
-    copies of the scores took 70 % of a draft prefill's time on the embedded pair."""
-    k = k_cache.index_select(0, slots).to(torch.float32)  # [L, H_kv, D]
+def _cache_rows(k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, key_scale: float,
+                value_scale: float, num_heads: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """K and V rows ``slots`` (flat) of the caches as scaled float32 ``[N, H_kv, D]``, and the query heads per KV
+    head (index_select: several times faster than ``k_cache[slots]`` on CPU)."""
+    k = k_cache.index_select(0, slots).to(torch.float32)
     v = v_cache.index_select(0, slots).to(torch.float32)
     if key_scale != 1.0:
         k = k * key_scale
     if value_scale != 1.0:
         v = v * value_scale
-    group = q.shape[1] // k.shape[1]
-    if group * k.shape[1] != q.shape[1]:
-        raise ValueError(f"query heads {q.shape[1]} are not a multiple of KV heads {k.shape[1]}")
+    group = num_heads // k.shape[1]
+    if group * k.shape[1] != num_heads:
+        raise ValueError(f"query heads {num_heads} are not a multiple of KV heads {k.shape[1]}")
+    return k, v, group
+
+
+def _attend_one(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, key_scale: float,
+                value_scale: float, visible: torch.Tensor | None, causal: bool, sm_scale: float) -> torch.Tensor:
+    """One request's prefill rows ``q [M, H, D]`` over the cache rows ``slots`` (``visible [M, L]``, or None:
+    every key, or with ``causal`` SDPA's own causal mask, its fused kernel: a prefill without prefix), through
+    PyTorch's SDPA: float32 ``[M, H, Dv]``, a row that sees no key gets zeros. The padded batch pass is for short
+    extends; a prefill's per-request einsum and softmax over float32 copies of the scores took 70 % of a draft
+    prefill's time on the embedded pair."""
+    k, v, group = _cache_rows(k_cache, v_cache, slots, key_scale, value_scale, q.shape[1])
     out = torch.nn.functional.scaled_dot_product_attention(
         q.to(torch.float32).transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=visible,
         is_causal=causal, scale=sm_scale, enable_gqa=group > 1).transpose(0, 1)
-    if visible is not None and not bool(visible.any(dim=-1).all()):
-        out = out.masked_fill(~visible.any(dim=-1)[:, None, None], 0.0)
+    if visible is not None:
+        blind = ~visible.any(dim=-1)
+        if bool(blind.any()):
+            out = out.masked_fill(blind[:, None, None], 0.0)
     return out
 
 
@@ -152,17 +152,9 @@ def _attend_padded(
     keys ``layout`` names (padded to the longest request and masked). Returns float32 ``[B, E, H, Dv]``; a row
     that sees no key gets zeros."""
     bs, rows, num_heads = q.shape[0], q.shape[1], q.shape[2]
-    flat = layout.slots.view(-1)  # index_select: several times faster than k_cache[slots] on CPU
-    k = k_cache.index_select(0, flat).view(bs, -1, *k_cache.shape[1:]).to(torch.float32)  # [B, L, H_kv, D]
-    v = v_cache.index_select(0, flat).view(bs, -1, *v_cache.shape[1:]).to(torch.float32)
-    if key_scale != 1.0:
-        k = k * key_scale
-    if value_scale != 1.0:
-        v = v * value_scale
+    k, v, group = _cache_rows(k_cache, v_cache, layout.slots.view(-1), key_scale, value_scale, num_heads)
+    k, v = k.view(bs, -1, *k.shape[1:]), v.view(bs, -1, *v.shape[1:])  # [B, L, H_kv, D]
     kv_heads = k.shape[2]
-    group = num_heads // kv_heads
-    if group * kv_heads != num_heads:
-        raise ValueError(f"query heads {num_heads} are not a multiple of KV heads {kv_heads}")
     q = q.to(torch.float32)
     if logit_cap > 0:  # a capped logit: softmax by hand
         qg = q.view(bs, rows, kv_heads, group, -1)  # query head h reads KV head h // group
@@ -387,17 +379,17 @@ def extend_attention_cpu(
     for ext, seq_len, start, pool in zip(ext_lens, lens, starts, pools):
         if seq_len < ext:
             raise ValueError(f"extend_attention_cpu: seq_len {seq_len} < extend length {ext}")
-        visible = _visible(kind, flat_mask, offset, ext, seq_len)
+        fused = kind == _CAUSAL and seq_len == ext and logit_cap <= 0  # SDPA's own causal mask
+        visible = None if fused else _visible(kind, flat_mask, offset, ext, seq_len)
         offset += ext * (ext if kind == _QLEN_ONLY else seq_len)
         if ext == 0:
             continue
         kv_slots = req_to_token[pool, :seq_len].to(torch.int64)
         if logit_cap > 0:  # a capped logit: softmax by hand
-            k = _gather_kv(k_buffer, kv_slots, key_scale, num_heads)
-            v = _gather_kv(v_buffer, kv_slots, value_scale, num_heads)
+            k, v, group = _cache_rows(k_buffer, v_buffer, kv_slots, key_scale, value_scale, num_heads)
+            k, v = (rows.repeat_interleave(group, dim=1).transpose(0, 1) for rows in (k, v))  # [H, L, D]
             out = _attend(q_extend[start : start + ext], k, v, visible, sm_scale, logit_cap)
         else:
             out = _attend_one(q_extend[start : start + ext], k_buffer, v_buffer, kv_slots, key_scale, value_scale,
-                              None if kind == _CAUSAL and seq_len == ext else visible, kind == _CAUSAL and
-                              seq_len == ext, sm_scale)
+                              visible, fused, sm_scale)
         o_extend[start : start + ext] = out.to(o_extend.dtype)
