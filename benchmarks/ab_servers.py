@@ -15,8 +15,9 @@ as it runs (two servers of the same code: 2-4 % apart in every repeat); ``--fres
 for each repeat, so the median is over processes too.
 
 Workloads: ``mixed-c1`` / ``mixed-c4`` / ``mixed-c32``: the serving benchmark's mixed prompts (code and random
-text, embedded default pair, EAGLE, window 7), 1 / 4 / 32 requests in flight; ``mixed-r16``: the same prompts
-arriving as a Poisson process of 16 requests/s (the regret table's cell); ``batch1-sure`` / ``batch1-doomed``: one
+text, embedded default pair, EAGLE, window 7), 1 / 4 / 32 requests in flight; ``mixed-r16`` / ``mixed-r64``: the same
+prompts arriving as a Poisson process of 16 / 64 requests/s (the regret table's cells; with ``--fresh-servers`` each
+repeat is a cold server's burst, as in the regret table); ``batch1-sure`` / ``batch1-doomed``: one
 request at a time on the tiny cycle pair (STANDALONE, window 5) whose drafts always / never pass; ``deep1-sure`` /
 ``deep1-doomed``: the same on the deep cycle pair (a 12-layer target, a 1-layer draft: a draft step costs a
 fraction of a target step); ``deep-c4`` / ``deep-c16``: the deep pair's cycle prompts (half sure, half doomed, the
@@ -52,7 +53,7 @@ from sglang_faser.models.tiny import CYCLE_SPLIT, ensure_tiny_suite  # noqa: E40
 from sglang_faser.server_process import ServerProcess  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
-WORKLOADS = ("mixed-c1", "mixed-c4", "mixed-c32", "mixed-r16", "batch1-sure", "batch1-doomed", "deep1-sure",
+WORKLOADS = ("mixed-c1", "mixed-c4", "mixed-c32", "mixed-r16", "mixed-r64", "batch1-sure", "batch1-doomed", "deep1-sure",
              "deep1-doomed", "deep-c4", "deep-c16")
 
 

@@ -1,6 +1,8 @@
 """The server configurations the benchmarks compare, as launcher flags (shared by serve_bench and spec_lengths_cpu).
 
 * ``no-spec``: no ``--speculative-algorithm`` at all;
+* ``no-spec-sync``: the same with SGLang's non-overlap scheduler loop (``--disable-overlap-schedule``), the loop
+  every speculative server runs on CPU: how much of a gap to ``no-spec`` is the loop (not part of the default set);
 * ``fixed-k``: stock SGLang speculative decoding with k draft steps, chain drafts (``--faser-mode stock``);
 * ``sglang-adaptive``: SGLang's own ``--speculative-adaptive`` over the same window, no FASER worker;
 * ``faser``: FASER's goodput policy choosing each request's length inside the window;
@@ -27,7 +29,7 @@ FIXED = (1, 3, 5, 7)  # the stock fixed lengths compared (and FASER's worker hel
 
 def configurations(algorithm: str = "EAGLE", window: int = 7, fixed=FIXED, adaptive: bool = True,
                    frontiers=(2,)) -> dict[str, list[str]]:
-    configs: dict[str, list[str]] = {"no-spec": []}
+    configs: dict[str, list[str]] = {"no-spec": [], "no-spec-sync": ["--disable-overlap-schedule"]}
     configs.update({f"fixed-{k}": spec_flags(algorithm, k, "--faser-mode", "stock") for k in fixed})
     if adaptive:
         configs["sglang-adaptive"] = spec_flags(algorithm, window, "--faser-mode", "stock", "--speculative-adaptive")
@@ -41,7 +43,7 @@ def configurations(algorithm: str = "EAGLE", window: int = 7, fixed=FIXED, adapt
     return configs
 
 
-EXTRA = ("faser-warm", "faser-k0", *(f"faser-fixed-{k}" for k in FIXED))  # run only when asked for by name
+EXTRA = ("no-spec-sync", "faser-warm", "faser-k0", *(f"faser-fixed-{k}" for k in FIXED))  # run only when asked for by name
 
 
 QUICK = ("no-spec", "fixed-1", "fixed-3", "faser", "faser-frontier-2")

@@ -307,6 +307,29 @@ def test_a_batch_that_parks_again_is_held_twice_as_long_up_to_a_bound():
     assert [controller.decide(["a", "b"]).held for _ in range(4)] == [True, True, True, False]
 
 
+def test_a_batch_whose_steps_are_long_is_decided_and_priced_every_step():
+    """A hold saves a decision's share of a short step; a batch whose last measured step took longer than
+    ``HOLD_STEP_MS`` is decided and priced every step (at 32 requests on CPU a parked batch's holds priced 3 steps
+    in 28 while the model still put a parked step at half its cost), and is held again once its steps are short."""
+    from sglang_faser.spec.controller import HOLD_STEP_MS
+
+    controller = LengthController(FaserConfig(), window=3, calibration_sweeps=0)
+    rids, caps = ["a", "b"], np.zeros(2, dtype=np.int64)  # every request at its bound: parked
+
+    def steps(n):
+        decisions = [controller.decide(rids, caps=caps) for _ in range(n)]
+        for _ in decisions:
+            controller.observe([0, 0])
+        return decisions
+
+    assert [d.held for d in steps(4)] == [False, True, True, True]
+    controller.record_step(2, 2, 0, 0, 0, 64, 2 * HOLD_STEP_MS)
+    long = steps(6)
+    assert not any(d.held for d in long) and all(d.sampled for d in long)
+    controller.record_step(2, 2, 0, 0, 0, 64, HOLD_STEP_MS / 2)
+    assert [d.held for d in steps(4)] == [False, True, True, True]
+
+
 def test_a_batch_drafting_its_caps_is_held_while_drafts_pass_and_decided_at_once_after_a_rejection():
     """A sure request at max-len: passing drafts can only confirm the decision, so the batch keeps it for 3 more
     steps (held: no decision) like a parked batch; one rejected draft makes the next step decide."""
