@@ -43,7 +43,8 @@ def configurations(algorithm: str = "EAGLE", window: int = 7, fixed=FIXED, adapt
     return configs
 
 
-EXTRA = ("no-spec-sync", "faser-warm", "faser-k0", *(f"faser-fixed-{k}" for k in FIXED))  # run only when asked for by name
+# run only when asked for by name
+EXTRA = ("no-spec-sync", "faser-warm", "faser-k0", *(f"faser-fixed-{k}" for k in FIXED))
 
 
 QUICK = ("no-spec", "fixed-1", "fixed-3", "faser", "faser-frontier-2")

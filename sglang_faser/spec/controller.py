@@ -61,7 +61,7 @@ HOLD_MAX = 16  # ... and after twice as many each time the same batch is found a
 # A batch whose last measured step took longer than this is decided (and its step priced) every step instead: there
 # a decision is a small share of the step, and pricing every step is what corrects a batch size's first estimates.
 # At 32 requests on CPU (35-45 ms steps) a parked batch's holds priced 3 steps in 28 while the model still put a
-# parked step at 23 ms, and drafting, 1.1-1.3 tokens/ms there against parking's 0.8, began 28 steps late.
+# parked step at 23 ms, and drafting, 0.9-1.3 tokens/ms there against parking's 0.7-1.0, began 28 steps late.
 HOLD_STEP_MS = 20.0
 
 

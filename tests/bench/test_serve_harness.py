@@ -124,9 +124,9 @@ def test_configurations_map_to_launcher_flags():
     from benchmarks.serve.configs import EXTRA, QUICK, configurations
 
     configs = configurations("EAGLE", window=7)
-    assert list(configs) == ["no-spec", "no-spec-sync", "fixed-1", "fixed-3", "fixed-5", "fixed-7", "sglang-adaptive", "faser",
-                             "faser-frontier-2", "faser-warm", "faser-k0", "faser-fixed-1", "faser-fixed-3",
-                             "faser-fixed-5", "faser-fixed-7"]
+    assert list(configs) == ["no-spec", "no-spec-sync", "fixed-1", "fixed-3", "fixed-5", "fixed-7",
+                             "sglang-adaptive", "faser", "faser-frontier-2", "faser-warm", "faser-k0",
+                             "faser-fixed-1", "faser-fixed-3", "faser-fixed-5", "faser-fixed-7"]
     assert configs["faser-k0"][-2:] == ["--faser-mode", "off"]  # the worker at length 0: a k = 0 step's cost
     # FASER's worker held at a stock length, inside the same window as the adaptive server: its own path's cost
     assert configs["faser-fixed-3"][-4:] == ["--faser-mode", "fixed", "--faser-fixed-len", "3"]

@@ -310,7 +310,8 @@ def test_a_batch_that_parks_again_is_held_twice_as_long_up_to_a_bound():
 def test_a_batch_whose_steps_are_long_is_decided_and_priced_every_step():
     """A hold saves a decision's share of a short step; a batch whose last measured step took longer than
     ``HOLD_STEP_MS`` is decided and priced every step (at 32 requests on CPU a parked batch's holds priced 3 steps
-    in 28 while the model still put a parked step at half its cost), and is held again once its steps are short."""
+    in 28 while the model still put a parked step at 23 ms against 35-45), and is held again once its steps are
+    short."""
     from sglang_faser.spec.controller import HOLD_STEP_MS
 
     controller = LengthController(FaserConfig(), window=3, calibration_sweeps=0)
