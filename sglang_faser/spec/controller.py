@@ -58,10 +58,12 @@ HOLD_RECHECK = 4  # a batch at its bounds (every request parked at 0 or at its c
 # many steps (its estimates move little in between, and a decision costs about a tenth of a small batch's step on
 # CPU) ...
 HOLD_MAX = 16  # ... and after twice as many each time the same batch is found at its bounds again, up to this many
-# A batch whose last measured step took longer than this is decided (and its step priced) every step instead: there
-# a decision is a small share of the step, and pricing every step is what corrects a batch size's first estimates.
-# At 32 requests on CPU (35-45 ms steps) a parked batch's holds priced 3 steps in 28 while the model still put a
-# parked step at 23 ms, and drafting, 0.9-1.3 tokens/ms there against parking's 0.7-1.0, began 28 steps late.
+# A parked batch whose last measured step took longer than this is decided (and its step priced) every step
+# instead: there a decision is a small share of the step, and pricing every step is what corrects a batch size's
+# first estimates. At 32 requests on CPU (35-45 ms steps) a parked batch's holds priced 3 steps in 28 while the model
+# still put a parked step at 23 ms, and drafting, 0.9-1.3 tokens/ms there against parking's 0.7-1.0, began 28 steps
+# late. A batch drafting at its caps keeps its holds (every one ends at a rejection and prices its deciding step):
+# deciding and pricing every 20-26 ms step of one sure request on the deep pair ran at 0.71-0.90x of fixed-5.
 HOLD_STEP_MS = 20.0
 
 
@@ -153,7 +155,7 @@ class LengthController:
         # a batch held at its bounds: (the step's inputs, its decision as held, steps it is held still, steps of
         # the last hold, parked)
         self._held: tuple[tuple, StepDecision, int, int, bool] | None = None
-        self._step_ms = 0.0  # the last priced step's measured time (``record_step``): long steps are not held
+        self._step_ms = 0.0  # the last priced step's measured time (``record_step``): long parked steps are not held
         self.warm_steps = window + 1 if warm_steps is None else warm_steps
         self.calibration_steps = self.warm_steps + calibration_sweeps * (window + 1) if calibration_sweeps else 0
         self._warmed: set[tuple[int, int, bool]] = set()  # (batch, sweep phase, mixed) the warm-up ran
@@ -193,8 +195,8 @@ class LengthController:
         can only confirm while drafts keep passing: the batch keeps it (``held``) for ``HOLD_RECHECK`` - 1 more
         steps while it is the same batch, twice as many after each decision that finds it at its bounds again (up
         to ``HOLD_MAX``). Deciding, observing and pricing a step cost a CPU decode step of a small batch 4-5 % (a
-        parked step's own cost is a plain decode); a batch whose steps take longer than ``HOLD_STEP_MS`` is decided
-        and priced every step (adaptive mode). A new request, a new policy or a rejected draft (``observe``)
+        parked step's own cost is a plain decode); a parked batch whose steps take longer than ``HOLD_STEP_MS`` is
+        decided and priced every step (adaptive mode). A new request, a new policy or a rejected draft (``observe``)
         decides at once. The fixed and off modes hold every decision: their lengths depend on the bounds alone.
         """
         if is_warmup(rids):
@@ -246,7 +248,7 @@ class LengthController:
         decision = StepDecision(lengths, depth, calibration, plan.expected_tokens, plan.expected_ms)
         bounded = self.config.mode is not Mode.ADAPTIVE or ((lengths == 0) | (lengths == limit)).all()
         adaptive = self.config.mode is Mode.ADAPTIVE
-        holds = bounded and not calibration and not (adaptive and self._step_ms > HOLD_STEP_MS)
+        holds = bounded and not calibration and not (adaptive and parked and self._step_ms > HOLD_STEP_MS)
         self._held = ((shape, dataclasses.replace(decision, held=True, sampled=False), hold - 1, hold, parked)
                       if holds else None)
         # a parked hold's deciding step is not a sample; a drafting one's is (a rejection may end its hold before its

@@ -308,7 +308,7 @@ def test_a_batch_that_parks_again_is_held_twice_as_long_up_to_a_bound():
 
 
 def test_a_batch_whose_steps_are_long_is_decided_and_priced_every_step():
-    """A hold saves a decision's share of a short step; a batch whose last measured step took longer than
+    """A hold saves a decision's share of a short step; a parked batch whose last measured step took longer than
     ``HOLD_STEP_MS`` is decided and priced every step (at 32 requests on CPU a parked batch's holds priced 3 steps
     in 28 while the model still put a parked step at 23 ms against 35-45), and is held again once its steps are
     short."""
@@ -329,6 +329,14 @@ def test_a_batch_whose_steps_are_long_is_decided_and_priced_every_step():
     assert not any(d.held for d in long) and all(d.sampled for d in long)
     controller.record_step(2, 2, 0, 0, 0, 64, HOLD_STEP_MS / 2)
     assert [d.held for d in steps(4)] == [False, True, True, True]
+
+    # a batch drafting its caps keeps its holds however long its steps (every step priced cost one sure request on
+    # the deep pair 10-30 % against fixed-5)
+    drafting = LengthController(FaserConfig(mode="adaptive", min_len=2), window=2, calibration_sweeps=0)
+    drafting.record_step(1, 3, 2, 2, 1, 64, 2 * HOLD_STEP_MS)
+    decisions = [drafting.decide(["sure"]) for _ in range(4)]
+    assert [d.lengths.tolist() for d in decisions] == [[2]] * 4 and [d.held for d in decisions] == [
+        False, True, True, True]
 
 
 def test_a_batch_drafting_its_caps_is_held_while_drafts_pass_and_decided_at_once_after_a_rejection():
