@@ -62,8 +62,9 @@ HOLD_MAX = 16  # ... and after twice as many each time the same batch is found a
 # instead: there a decision is a small share of the step, and pricing every step is what corrects a batch size's
 # first estimates. At 32 requests on CPU (35-45 ms steps) a parked batch's holds priced 3 steps in 28 while the model
 # still put a parked step at 23 ms, and drafting, 0.9-1.3 tokens/ms there against parking's 0.7-1.0, began 28 steps
-# late. A batch drafting at its caps keeps its holds (every one ends at a rejection and prices its deciding step):
-# deciding and pricing every 20-26 ms step of one sure request on the deep pair ran at 0.71-0.90x of fixed-5.
+# late. A batch drafting at its caps keeps its holds: each already ends at a rejection and prices its deciding step,
+# so deciding every step there only adds host work (one sure request on the deep pair, 20-26 ms steps: 1.09x with
+# its holds kept against deciding every step, 3 repeats, one below).
 HOLD_STEP_MS = 20.0
 
 

@@ -330,8 +330,8 @@ def test_a_batch_whose_steps_are_long_is_decided_and_priced_every_step():
     controller.record_step(2, 2, 0, 0, 0, 64, HOLD_STEP_MS / 2)
     assert [d.held for d in steps(4)] == [False, True, True, True]
 
-    # a batch drafting its caps keeps its holds however long its steps (every step priced cost one sure request on
-    # the deep pair 10-30 % against fixed-5)
+    # a batch drafting its caps keeps its holds however long its steps: a rejection already ends them, and each
+    # prices its deciding step
     drafting = LengthController(FaserConfig(mode="adaptive", min_len=2), window=2, calibration_sweeps=0)
     drafting.record_step(1, 3, 2, 2, 1, 64, 2 * HOLD_STEP_MS)
     decisions = [drafting.decide(["sure"]) for _ in range(4)]
