@@ -7,12 +7,11 @@ A CPU forward used to gather every request's whole context from the paged cache 
 batch, in batch order, and gathers only the cells whose slot changed or was written since; a request that moved
 up in the batch (one before it finished) has its row copied along.
 
-Why a kept cell is right: cell ``(b, p)`` holds a slot's row and that slot's write count when it was gathered,
-and is used only while both still match. Every write this module is told of (``writing``: SGLang's
-``set_kv_buffer``, hooked in ``engine/touchpoints.py``, and the decode op's own write) counts its slots; any other
-write to a cache shows in the tensors' version counters and empties the layer's cells.
-``SGLANG_FASER_CHECK_KEPT_ROWS=1`` keeps rows at every size and compares them with a fresh gather on every call
-(the test suite runs so).
+Why a kept cell is right: cell ``(b, p)`` holds slot ``slots[b, p]``'s row as it was when gathered. Every write
+this module is told of (``writing``: SGLang's ``set_kv_buffer``, hooked in ``engine/touchpoints.py``, and the
+decode op's own write) clears the cells that hold a written slot; any other write to a cache shows in the
+tensors' version counters and clears the layer's cells. ``SGLANG_FASER_CHECK_KEPT_ROWS=1`` keeps rows at every
+size and compares them with a fresh gather on every call (the test suite runs so).
 """
 
 from __future__ import annotations
@@ -31,19 +30,17 @@ _CHECK = os.environ.get("SGLANG_FASER_CHECK_KEPT_ROWS", "") not in ("", "0")
 @dataclass
 class _Kept:
     """One layer's kept rows: ``k``/``v`` ``[B_cap, L_cap, H_kv, D]`` float32, the slot behind each cell (-1:
-    none) and its write count then, each slot's write count now, and the request (table row) behind each batch
-    row."""
+    nothing kept) and the request (table row) behind each batch row."""
 
     caches: tuple  # the layer's K and V caches, held so that their addresses name this layer while it lives
     k: torch.Tensor
     v: torch.Tensor
-    slots: torch.Tensor  # [B_cap, L_cap]
-    counts: torch.Tensor  # [B_cap, L_cap]
-    writes: torch.Tensor  # [cache rows]
+    slots: torch.Tensor
     versions: tuple[int, int]  # the caches' version counters after the last write this module heard of
     scales: tuple[float, float]
     bump: bool = False  # the last write was a torch op's, whose dispatcher counts it once more after return
     pools: list[int] = field(default_factory=list)
+    width: int = 0  # columns that may hold cells
 
 
 _kept: dict[int, _Kept] = {}
@@ -62,8 +59,8 @@ def _unheard_writes(kept: _Kept, k_cache: torch.Tensor, v_cache: torch.Tensor) -
 
 @contextmanager
 def writing(k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, op: bool = False):
-    """Around a write of the cache rows ``slots``: counts it, so that no kept cell of theirs is used again
-    (``op``: the write is a registered torch op's own, whose dispatcher counts one more version on return)."""
+    """Around a write of the cache rows ``slots``: afterwards no kept cell holds one of them (``op``: the write
+    is a registered torch op's own, so the dispatcher counts one more version when the op returns)."""
     kept = _kept.get(k_cache.data_ptr())
     unheard = kept is not None and _unheard_writes(kept, k_cache, v_cache)
     yield
@@ -71,7 +68,9 @@ def writing(k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, o
         return
     if unheard:
         kept.slots.fill_(-1)
-    kept.writes[slots.reshape(-1)] += 1
+    elif slots.numel() and kept.pools:
+        cells = kept.slots[: len(kept.pools), : kept.width]
+        cells.masked_fill_(torch.isin(cells, slots.reshape(-1).to(torch.int64)), -1)
     kept.versions, kept.bump = _versions(k_cache, v_cache), op
 
 
@@ -89,13 +88,11 @@ def _kept_for(k_cache, v_cache, rows: int, cols: int, key_scale: float, value_sc
         return None
     _kept[key] = kept = _Kept(
         caches=(k_cache, v_cache), k=torch.zeros(shape), v=torch.zeros(shape[:2] + v_cache.shape[1:]),
-        slots=torch.full(shape[:2], -1, dtype=torch.int64), counts=torch.zeros(shape[:2], dtype=torch.int64),
-        writes=kept.writes if kept else torch.zeros(k_cache.shape[0], dtype=torch.int64),
-        versions=_versions(k_cache, v_cache), scales=scales)
+        slots=torch.full(shape[:2], -1, dtype=torch.int64), versions=_versions(k_cache, v_cache), scales=scales)
     return kept
 
 
-def _follow_requests(kept: _Kept, pools: list[int], width: int) -> None:
+def _follow_requests(kept: _Kept, pools: list[int]) -> None:
     """Move each request's kept row to its place in the new batch order where requests left from the middle
     (the rest move up; newcomers join at the end). Only an optimisation: a cell is used where its slot matches,
     whichever request's row it sits in (an EAGLE draft's decode steps name their requests by another table)."""
@@ -106,10 +103,12 @@ def _follow_requests(kept: _Kept, pools: list[int], width: int) -> None:
     src = [where.get(pool, -1) for pool in pools]
     if len(where) != len(old) or any(0 <= s < b for b, s in enumerate(src)):
         return
+    width = kept.width
     for b, s in enumerate(src):
         if s > b:
-            for cells in (kept.k, kept.v, kept.slots, kept.counts):
-                cells[b, :width].copy_(cells[s, :width])
+            kept.k[b, :width].copy_(kept.k[s, :width])
+            kept.v[b, :width].copy_(kept.v[s, :width])
+            kept.slots[b, :width].copy_(kept.slots[s, :width])
 
 
 def padded_rows(k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, present: torch.Tensor,
@@ -127,20 +126,24 @@ def padded_rows(k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tenso
     if _unheard_writes(kept, k_cache, v_cache):
         kept.slots.fill_(-1)
         kept.versions, kept.bump = _versions(k_cache, v_cache), False
-    _follow_requests(kept, pools, cols)
-    writes = kept.writes[slots]
-    held, held_writes = kept.slots[:rows, :cols], kept.counts[:rows, :cols]
-    stale = torch.nonzero(present & ((held != slots) | (held_writes != writes)))
+    _follow_requests(kept, pools)
+    wanted = torch.where(present, slots, -1)
+    held = kept.slots[:rows, :cols]
+    stale = torch.nonzero(held != wanted)
     if len(stale):
         b, p = stale[:, 0], stale[:, 1]
-        fresh = slots[b, p]
+        fresh = wanted[b, p]
+        got = fresh >= 0
+        b, p, fresh = b[got], p[got], fresh[got]
         counts["gathered"] += len(fresh)
         k_new = k_cache.index_select(0, fresh).to(torch.float32)
         v_new = v_cache.index_select(0, fresh).to(torch.float32)
         kept.k[b, p] = k_new * key_scale if key_scale != 1.0 else k_new
         kept.v[b, p] = v_new * value_scale if value_scale != 1.0 else v_new
-        held[b, p], held_writes[b, p] = fresh, writes[b, p]
-    kept.pools = list(pools)
+        held.copy_(wanted)
+    kept.slots[:rows, cols : kept.width] = -1
+    kept.slots[rows : len(kept.pools)] = -1
+    kept.pools, kept.width = list(pools), cols
     counts["served"] += rows * cols
     k, v = kept.k[:rows, :cols], kept.v[:rows, :cols]
     if _CHECK:
