@@ -26,9 +26,6 @@ def register() -> None:
         touchpoints.report_amx_on_cpu()
         touchpoints.enable_cpu_speculative_sampling()
         touchpoints.eager_draft_top_k_on_cpu()
-        from sglang_faser.kernels.cpu import kept_rows
-
-        touchpoints.report_kv_writes(kept_rows.writing)
         logger.info("sglang-faser: CPU stand-in for sgl_kernel active; intel_amx attention enabled")
 
     from sglang_faser.engine import touchpoints

@@ -7,7 +7,6 @@ re-check each entry here, then re-scan the wheel for new ``from sgl_kernel impor
 | symbol | why |
 |---|---|
 | ``sglang.srt.runtime_context.override_platform`` (:1950) | report AMX so that ``intel_amx`` attention, the only CPU backend with TARGET_VERIFY, is not replaced by ``torch_native`` (``srt/arg_groups/overrides.py:1301``) |
-| ``sglang.srt.mem_cache.memory_pool.MHATokenToKVPool.set_kv_buffer`` (:2891, AROUND; ``_get_key_buffer`` / ``_get_value_buffer``, ``unwrap_write_loc`` :1958) | on CPU, tell the attention's kept K/V rows which cache rows a write replaced (``kernels/cpu/kept_rows.py``) |
 | ``sglang.srt.plugins.load_plugins`` (:103) | run our plugin in the launcher process before argument resolution |
 | ``sglang.srt.server_args.prepare_server_args`` (:668) | parse the SGLang half of the launcher's command line |
 | ``sglang.launch_server.run_server`` | start the real HTTP server |
@@ -191,29 +190,6 @@ def eager_draft_top_k_on_cpu() -> None:
 
     compiled = spec_utils._select_top_k_tokens_later
     spec_utils._select_top_k_tokens_later = getattr(compiled, "__wrapped__", compiled)
-
-
-def report_kv_writes(writing) -> None:
-    """Run every ``MHATokenToKVPool.set_kv_buffer`` inside ``writing(k_cache, v_cache, loc)`` (idempotent), so
-    that the CPU attention's kept K/V rows (``kernels/cpu/kept_rows.py``) drop the rows it overwrites. Pools
-    that override the method write unheard, which the kept rows see in the caches' version counters."""
-    from sglang.srt.mem_cache import memory_pool
-
-    pool = memory_pool.MHATokenToKVPool
-    original = pool.set_kv_buffer
-    if getattr(original, "_faser_reports_writes", False):
-        return
-
-    @functools.wraps(original)
-    def set_kv_buffer(self, layer, loc_info, cache_k, cache_v, *args, layer_id_override=None, **kwargs):
-        layer_id = layer_id_override if layer_id_override is not None else layer.layer_id
-        loc = memory_pool.unwrap_write_loc(loc_info)[0]
-        with writing(self._get_key_buffer(layer_id), self._get_value_buffer(layer_id), loc):
-            return original(self, layer, loc_info, cache_k, cache_v, *args, layer_id_override=layer_id_override,
-                            **kwargs)
-
-    set_kv_buffer._faser_reports_writes = True
-    pool.set_kv_buffer = set_kv_buffer
 
 
 def decode_graphs_disabled() -> bool:

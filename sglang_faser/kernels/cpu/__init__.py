@@ -20,7 +20,6 @@ and its absence keeps every layer on ``forward_native`` (doc §4.1).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import torch
@@ -104,8 +103,7 @@ def register_torch_library_ops() -> None:
     left alone, and a schema defined elsewhere only gets our CPU implementation.
     """
     global _LIBRARY
-    impls = {"decode_attention_cpu": functools.partial(decode_attention_cpu, registered=True),
-             "extend_attention_cpu": extend_attention_cpu}
+    impls = {"decode_attention_cpu": decode_attention_cpu, "extend_attention_cpu": extend_attention_cpu}
     for name, fn in impls.items():
         if _is_defined(name) and _has_cpu_kernel(name):
             continue

@@ -19,8 +19,6 @@ from dataclasses import dataclass
 
 import torch
 
-from sglang_faser.kernels.cpu.kept_rows import padded_rows, writing
-
 _NO_MASK, _CAUSAL, _QLEN_ONLY, _FULL = "none", "causal", "qlen_only", "full"
 
 
@@ -73,14 +71,10 @@ def _cache_rows(k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tenso
         k = k * key_scale
     if value_scale != 1.0:
         v = v * value_scale
-    return k, v, _group(num_heads, k.shape[1])
-
-
-def _group(num_heads: int, kv_heads: int) -> int:
-    """Query heads per KV head."""
-    if num_heads % kv_heads:
-        raise ValueError(f"query heads {num_heads} are not a multiple of KV heads {kv_heads}")
-    return num_heads // kv_heads
+    group = num_heads // k.shape[1]
+    if group * k.shape[1] != num_heads:
+        raise ValueError(f"query heads {num_heads} are not a multiple of KV heads {k.shape[1]}")
+    return k, v, group
 
 
 def _attend_one(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, key_scale: float,
@@ -108,8 +102,6 @@ class _Layout:
     attention's time in a CPU verify pass)."""
 
     slots: torch.Tensor  # [B, L] KV-cache rows of each request's first L keys (0 where past its length)
-    present: torch.Tensor  # [B, L] bool: within the request's length
-    pools: list[int]  # the request (table row) behind each batch row
     seen: torch.Tensor  # [B, 1, E|1, L] bool: key visible to the query row (an SDPA mask, heads broadcast)
     blind: torch.Tensor | None  # [B, E] rows that see no key (their output is zeros), or None when none
     rows: torch.Tensor | None = None  # [B * E] the query row behind each padded row (None: row b is request b's)
@@ -143,8 +135,7 @@ def _keys(req_to_token, pools: torch.Tensor, seq_lens: torch.Tensor, mask: torch
     slots = torch.where(present, req_to_token[pools, :longest].to(torch.int64), 0)
     seen = present[:, None, :] if mask is None else mask & present[:, None, :]  # [B, E|1, L]
     blind = ~seen.any(dim=-1)
-    return _Layout(slots, present, pools.tolist(), seen[:, None], blind if bool(blind.any()) else None,
-                   **rows)
+    return _Layout(slots, seen[:, None], blind if bool(blind.any()) else None, **rows)
 
 
 def _attend_padded(
@@ -161,13 +152,8 @@ def _attend_padded(
     keys ``layout`` names (padded to the longest request and masked). Returns float32 ``[B, E, H, Dv]``; a row
     that sees no key gets zeros."""
     bs, rows, num_heads = q.shape[0], q.shape[1], q.shape[2]
-    kept = padded_rows(k_cache, v_cache, layout.slots, layout.present, layout.pools, key_scale, value_scale)
-    if kept is None:
-        k, v, group = _cache_rows(k_cache, v_cache, layout.slots.view(-1), key_scale, value_scale, num_heads)
-        k, v = k.view(bs, -1, *k.shape[1:]), v.view(bs, -1, *v.shape[1:])  # [B, L, H_kv, D]
-    else:
-        k, v = kept
-        group = _group(num_heads, k.shape[2])
+    k, v, group = _cache_rows(k_cache, v_cache, layout.slots.view(-1), key_scale, value_scale, num_heads)
+    k, v = k.view(bs, -1, *k.shape[1:]), v.view(bs, -1, *v.shape[1:])  # [B, L, H_kv, D]
     kv_heads = k.shape[2]
     q = q.to(torch.float32)
     if logit_cap > 0:  # a capped logit: softmax by hand
@@ -206,25 +192,21 @@ def decode_attention_cpu(
     sliding_window_size: int,
     encoder_lens: torch.Tensor | None,
     sinks: torch.Tensor | None,
-    *,
-    registered: bool = False,
 ) -> None:
     """One query row per request, attending to ``req_to_token[req_pool_indices[b], :seq_lens[b]]``.
 
     If ``key``/``value`` are given they are first written into the caches at rows ``loc`` (the backend passes
     None when it already wrote them, e.g. for fp8). ``attn_logits`` is the real kernel's split-KV scratch and
     is ignored. In EAGLE draft steps the multi-step backend passes its ``build_draft_decode_metadata_cpu``
-    table, with one row per (request, branch). ``registered``: called as ``torch.ops.sgl_kernel``'s op, whose
-    dispatcher counts the caches' versions once more on return (the kept rows allow for it).
+    table, with one row per (request, branch).
     """
     del attn_logits
     _reject_unsupported("decode_attention_cpu", is_cross_attn, sliding_window_size, encoder_lens, sinks)
     slots = loc.reshape(-1).to(torch.int64)
-    with writing(k_cache, v_cache, slots, op=registered):
-        if key is not None:
-            k_cache[slots] = key.reshape(-1, *k_cache.shape[1:]).to(k_cache.dtype)
-        if value is not None:
-            v_cache[slots] = value.reshape(-1, *v_cache.shape[1:]).to(v_cache.dtype)
+    if key is not None:
+        k_cache[slots] = key.reshape(-1, *k_cache.shape[1:]).to(k_cache.dtype)
+    if value is not None:
+        v_cache[slots] = value.reshape(-1, *v_cache.shape[1:]).to(v_cache.dtype)
 
     bs = query.shape[0]
     if bs == 0:
