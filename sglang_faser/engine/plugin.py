@@ -26,10 +26,6 @@ def register() -> None:
         touchpoints.report_amx_on_cpu()
         touchpoints.enable_cpu_speculative_sampling()
         touchpoints.eager_draft_top_k_on_cpu()
-        from sglang_faser.kernels.cpu.speculative import gather_spec_extras_cpu
-        from sglang_faser.spec.config import ENV_VAR
-
-        touchpoints.overlap_speculation_on_cpu(lambda: bool(os.environ.get(ENV_VAR)), gather_spec_extras_cpu)
         logger.info("sglang-faser: CPU stand-in for sgl_kernel active; intel_amx attention enabled")
 
     from sglang_faser.engine import touchpoints

@@ -7,7 +7,6 @@ re-check each entry here, then re-scan the wheel for new ``from sgl_kernel impor
 | symbol | why |
 |---|---|
 | ``sglang.srt.runtime_context.override_platform`` (:1950) | report AMX so that ``intel_amx`` attention, the only CPU backend with TARGET_VERIFY, is not replaced by ``torch_native`` (``srt/arg_groups/overrides.py:1301``) |
-| ``sglang.srt.arg_groups.speculative_hook._disable_overlap_schedule_for_cpu`` (:66, AROUND), ``sglang.srt.managers.overlap_utils.gather_spec_extras`` (:9) | on CPU a FASER server keeps the overlap scheduler, with a PyTorch spec-extras gather (``kernels/cpu/speculative.py``) |
 | ``sglang.srt.plugins.load_plugins`` (:103) | run our plugin in the launcher process before argument resolution |
 | ``sglang.srt.server_args.prepare_server_args`` (:668) | parse the SGLang half of the launcher's command line |
 | ``sglang.launch_server.run_server`` | start the real HTTP server |
@@ -191,31 +190,6 @@ def eager_draft_top_k_on_cpu() -> None:
 
     compiled = spec_utils._select_top_k_tokens_later
     spec_utils._select_top_k_tokens_later = getattr(compiled, "__wrapped__", compiled)
-
-
-def overlap_speculation_on_cpu(wanted, gather_spec_extras) -> None:
-    """Let a speculative server keep SGLang's overlap scheduler on CPU where ``wanted()`` (idempotent).
-
-    SGLang turns the overlap loop off for every speculative server on CPU
-    (``arg_groups/speculative_hook.py:66``, "not implemented"); what the loop needs beyond the non-overlap one is
-    its spec-extras gather (``managers/overlap_utils.py:9``, a Triton kernel), here ``gather_spec_extras``.
-    ``wanted`` is asked when a server's arguments are resolved (the launcher exports FASER's settings first).
-    """
-    from sglang.srt.arg_groups import speculative_hook
-    from sglang.srt.managers import overlap_utils
-
-    overlap_utils.gather_spec_extras = gather_spec_extras
-    original = speculative_hook._disable_overlap_schedule_for_cpu
-    if getattr(original, "_faser_overlap", False):
-        return
-
-    @functools.wraps(original)
-    def disable_overlap_schedule_for_cpu(server_args) -> None:
-        if not wanted():
-            original(server_args)
-
-    disable_overlap_schedule_for_cpu._faser_overlap = True
-    speculative_hook._disable_overlap_schedule_for_cpu = disable_overlap_schedule_for_cpu
 
 
 def decode_graphs_disabled() -> bool:

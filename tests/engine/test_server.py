@@ -88,14 +88,6 @@ def test_launcher_runs_the_faser_worker_with_depth_tiers(server):
     assert "depth_tiers=on" in log and "FASER verify path: ragged" in log
 
 
-def test_the_faser_server_keeps_sglangs_overlap_scheduler_on_cpu(server):
-    """SGLang runs every speculative server on CPU with the non-overlap loop; FASER's keeps the overlap loop (its
-    greedy output is the target's: ``test_generate_serves_the_embedded_model_greedily``)."""
-    info = requests.get(server.url + "/server_info", timeout=30).json()
-    assert info["disable_overlap_schedule"] is False
-    assert "Overlap schedule is not implemented for speculative decoding on CPU" not in server.log_path.read_text()
-
-
 def test_the_warmup_runs_every_depth_at_every_batch_bucket_before_serving_and_is_counted_apart(server):
     """Each warm-up batch (2, 3, 4 here) runs every depth with all drafting and with every other request parked
     (sub-batches, catch-ups); none of its steps is a FASER step in the counters, and its costs are the profile

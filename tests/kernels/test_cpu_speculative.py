@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from sglang_faser.kernels.cpu.speculative import (
-    gather_spec_extras_cpu,
     build_draft_decode_metadata_cpu,
     fill_accept_out_cache_loc_cpu,
     fill_bonus_tokens_cpu,
@@ -94,20 +93,3 @@ def test_rotate_input_ids_raises_clearly():
         rotate_input_ids_cpu(
             torch.zeros(4, dtype=torch.int64), torch.tensor([0]), torch.tensor([4]), torch.tensor([1])
         )
-
-
-@pytest.mark.parametrize("hidden", [True, False])
-def test_gather_spec_extras_takes_each_buffers_rows_in_index_order(hidden):
-    """The overlap loop's gather: row i of every output is row ``indices[i]`` of its buffer (repeats allowed)."""
-    gen = torch.Generator().manual_seed(0)
-    topk_p, topk_index = torch.rand(6, 1, generator=gen), torch.randint(0, 99, (6, 1), generator=gen)
-    tokens, states = torch.randint(0, 99, (6,), generator=gen), torch.rand(6, 3, 4, generator=gen)
-    indices = torch.tensor([4, 0, 4, 2], dtype=torch.int32)
-    got = gather_spec_extras_cpu(indices, topk_p, topk_index, tokens, states if hidden else None)
-    for out, buf in zip(got, (topk_p, topk_index, tokens, states)):
-        if out is None:
-            assert not hidden and buf is states
-            continue
-        assert out.dtype == buf.dtype and out.shape == (4, *buf.shape[1:])
-        for i, row in enumerate(indices.tolist()):
-            assert torch.equal(out[i], buf[row])

@@ -86,21 +86,3 @@ def rotate_input_ids_cpu(
         "rotate_input_ids_cpu: multi-layer EAGLE is not supported on the CPU stand-in for sgl_kernel "
         "(sglang_faser.kernels.cpu); use EAGLE, STANDALONE or NGRAM speculation on CPU"
     )
-
-
-def gather_spec_extras_cpu(
-    indices: torch.Tensor,
-    topk_p_buf: torch.Tensor,
-    topk_index_buf: torch.Tensor,
-    output_tokens_buf: torch.Tensor,
-    hidden_states_buf: torch.Tensor | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Rows ``indices`` of the overlap scheduler's spec-extras buffers (draft top-k, bonus tokens, hidden states).
-
-    Mirrors ``gather_spec_extras`` (``kernels/ops/speculative/gather_spec_extras.py:61``, one fused Triton launch),
-    which ``FutureMap._resolve_spec_extras`` calls every speculative step of the overlap loop.
-    """
-    rows = indices.reshape(-1).to(torch.int64)
-    return (topk_p_buf.index_select(0, rows), topk_index_buf.index_select(0, rows),
-            output_tokens_buf.index_select(0, rows),
-            None if hidden_states_buf is None else hidden_states_buf.index_select(0, rows))
