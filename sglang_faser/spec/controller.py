@@ -64,8 +64,12 @@ HOLD_MAX = 16  # ... and after twice as many each time the same batch is found a
 # still put a parked step at 23 ms, and drafting, 0.9-1.3 tokens/ms there against parking's 0.7-1.0, began 28 steps
 # late. A batch drafting at its caps keeps its holds: each already ends at a rejection and prices its deciding step,
 # so deciding every step there only adds host work (one sure request on the deep pair, 20-26 ms steps: 1.09x with
-# its holds kept against deciding every step, 3 repeats, one below).
+# its holds kept against deciding every step, 3 repeats, one below). Nor does a batch of fewer than
+# ``HOLD_STEP_BATCH`` requests: its size's price is the one every quiet spell refines, and one doomed request on the
+# deep pair, whose parked steps took 17-20 ms on a slow day, was re-priced on 545 of 1534 steps (0.887x of no
+# speculation in one run).
 HOLD_STEP_MS = 20.0
+HOLD_STEP_BATCH = 8
 
 
 @dataclass(frozen=True)
@@ -196,8 +200,8 @@ class LengthController:
         can only confirm while drafts keep passing: the batch keeps it (``held``) for ``HOLD_RECHECK`` - 1 more
         steps while it is the same batch, twice as many after each decision that finds it at its bounds again (up
         to ``HOLD_MAX``). Deciding, observing and pricing a step cost a CPU decode step of a small batch 4-5 % (a
-        parked step's own cost is a plain decode); a parked batch whose steps take longer than ``HOLD_STEP_MS`` is
-        decided and priced every step (adaptive mode). A new request, a new policy or a rejected draft (``observe``)
+        parked step's own cost is a plain decode); a parked batch of ``HOLD_STEP_BATCH`` requests or more whose steps
+        take longer than ``HOLD_STEP_MS`` is decided and priced every step (adaptive mode). A new request, a new policy or a rejected draft (``observe``)
         decides at once. The fixed and off modes hold every decision: their lengths depend on the bounds alone.
         """
         if is_warmup(rids):
@@ -249,7 +253,8 @@ class LengthController:
         decision = StepDecision(lengths, depth, calibration, plan.expected_tokens, plan.expected_ms)
         bounded = self.config.mode is not Mode.ADAPTIVE or ((lengths == 0) | (lengths == limit)).all()
         adaptive = self.config.mode is Mode.ADAPTIVE
-        holds = bounded and not calibration and not (adaptive and parked and self._step_ms > HOLD_STEP_MS)
+        long_steps = batch >= HOLD_STEP_BATCH and self._step_ms > HOLD_STEP_MS
+        holds = bounded and not calibration and not (adaptive and parked and long_steps)
         self._held = ((shape, dataclasses.replace(decision, held=True, sampled=False), hold - 1, hold, parked)
                       if holds else None)
         # a parked hold's deciding step is not a sample; a drafting one's is (a rejection may end its hold before its

@@ -308,27 +308,31 @@ def test_a_batch_that_parks_again_is_held_twice_as_long_up_to_a_bound():
 
 
 def test_a_batch_whose_steps_are_long_is_decided_and_priced_every_step():
-    """A hold saves a decision's share of a short step; a parked batch whose last measured step took longer than
-    ``HOLD_STEP_MS`` is decided and priced every step (at 32 requests on CPU a parked batch's holds priced 3 steps
-    in 28 while the model still put a parked step at 23 ms against 35-45), and is held again once its steps are
-    short."""
-    from sglang_faser.spec.controller import HOLD_STEP_MS
+    """A hold saves a decision's share of a short step; a parked batch of ``HOLD_STEP_BATCH`` requests or more
+    whose last measured step took longer than ``HOLD_STEP_MS`` is decided and priced every step (at 32 requests on
+    CPU a parked batch's holds priced 3 steps in 28 while the model still put a parked step at 23 ms against
+    35-45), and is held again once its steps are short; a smaller batch keeps its holds."""
+    from sglang_faser.spec.controller import HOLD_STEP_BATCH, HOLD_STEP_MS
 
     controller = LengthController(FaserConfig(), window=3, calibration_sweeps=0)
-    rids, caps = ["a", "b"], np.zeros(2, dtype=np.int64)  # every request at its bound: parked
+    rids = [f"r{i}" for i in range(HOLD_STEP_BATCH)]
+    caps = np.zeros(len(rids), dtype=np.int64)  # every request at its bound: parked
 
-    def steps(n):
+    def steps(n, rids=rids, caps=caps):
         decisions = [controller.decide(rids, caps=caps) for _ in range(n)]
         for _ in decisions:
-            controller.observe([0, 0])
+            controller.observe([0] * len(rids))
         return decisions
 
     assert [d.held for d in steps(4)] == [False, True, True, True]
-    controller.record_step(2, 2, 0, 0, 0, 64, 2 * HOLD_STEP_MS)
+    controller.record_step(len(rids), len(rids), 0, 0, 0, 64, 2 * HOLD_STEP_MS)
     long = steps(6)
     assert not any(d.held for d in long) and all(d.sampled for d in long)
-    controller.record_step(2, 2, 0, 0, 0, 64, HOLD_STEP_MS / 2)
+    controller.record_step(len(rids), len(rids), 0, 0, 0, 64, HOLD_STEP_MS / 2)
     assert [d.held for d in steps(4)] == [False, True, True, True]
+    few, few_caps = rids[: HOLD_STEP_BATCH - 1], caps[: HOLD_STEP_BATCH - 1]
+    controller.record_step(len(few), len(few), 0, 0, 0, 64, 2 * HOLD_STEP_MS)
+    assert [d.held for d in steps(4, few, few_caps)] == [False, True, True, True]
 
     # a batch drafting its caps keeps its holds however long its steps: a rejection already ends them, and each
     # prices its deciding step
