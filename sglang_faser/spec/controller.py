@@ -64,7 +64,7 @@ HOLD_MAX = 16  # ... and after twice as many each time the same batch is found a
 # still put a parked step at 23 ms, and drafting, 0.9-1.3 tokens/ms there against parking's 0.7-1.0, began 28 steps
 # late. A batch drafting at its caps keeps its holds: each already ends at a rejection and prices its deciding step,
 # so deciding every step there only adds host work (one sure request on the deep pair, 20-26 ms steps: 1.09x with
-# its holds kept against deciding every step, 3 repeats, one below). Nor does a batch of fewer than
+# its holds kept against deciding every step, 3 repeats, one below). So does a batch of fewer than
 # ``HOLD_STEP_BATCH`` requests: its size's price is the one every quiet spell refines, and one doomed request on the
 # deep pair, whose parked steps took 17-20 ms on a slow day, was re-priced on 545 of 1534 steps (0.887x of no
 # speculation in one run).

@@ -337,9 +337,9 @@ def test_a_batch_whose_steps_are_long_is_decided_and_priced_every_step():
     # a batch drafting its caps keeps its holds however long its steps: a rejection already ends them, and each
     # prices its deciding step
     drafting = LengthController(FaserConfig(mode="adaptive", min_len=2), window=2, calibration_sweeps=0)
-    drafting.record_step(1, 3, 2, 2, 1, 64, 2 * HOLD_STEP_MS)
-    decisions = [drafting.decide(["sure"]) for _ in range(4)]
-    assert [d.lengths.tolist() for d in decisions] == [[2]] * 4 and [d.held for d in decisions] == [
+    drafting.record_step(len(rids), 3 * len(rids), 2, 2 * len(rids), len(rids), 64, 2 * HOLD_STEP_MS)
+    decisions = [drafting.decide(rids) for _ in range(4)]
+    assert [d.lengths.tolist() for d in decisions] == [[2] * len(rids)] * 4 and [d.held for d in decisions] == [
         False, True, True, True]
 
 
