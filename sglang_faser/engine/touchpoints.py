@@ -19,6 +19,7 @@ re-check each entry here, then re-scan the wheel for new ``from sgl_kernel impor
 | ``sglang.srt.speculative.adaptive_runtime_state.AdaptiveController`` (:69) | builds one runtime state per draft depth at start-up and switches them per step |
 | ``BaseSpecWorker.on_verify_complete_cpu`` / ``note_request_finished`` (base_spec_worker.py:379-395) | acceptance feedback, request end |
 | ``TpModelWorker.forward_batch_generation(batch, capture_hidden_mode=...)`` on a ``ForwardMode.DECODE`` copy of the ``ScheduleBatch`` (tp_worker.py:622; ``req_to_token_pool``, ``seq_lens`` / ``seq_lens_cpu`` / ``orig_seq_lens``, ``EagleDraftInput.bonus_tokens``), ``GenerationBatchResult`` (managers/utils.py:56), ``ModelRunner.decode_cuda_graph_runner`` / ``watermark_state``, ``SamplingBatchInfo.penalizer_orchestrator`` / ``logit_bias`` / ``has_custom_logit_processor``, ``ScheduleBatch.has_grammar`` / ``return_logprob`` / ``hisparse_coordinator`` / ``mamba_track_indices`` | a step where nobody drafts runs as the target's plain decode (``plain_decode``) where none of the features SGLang's verify handles is in play and the target runs eagerly |
+| ``EagleDraftWorker.cuda_graph_runner_for_draft_extend`` (its ``can_run_graph`` / ``execute(forward_batch, select_index)`` contract, eagle_worker_v2.py:1182-1243) / ``seed_dsa_topk_from_draft_extend``, ``EagleDraftExtendInput.select_index`` (read by ``LogitsMetadata`` in DRAFT_EXTEND_V2, logits_processor.py:392), ``draft_runner.attn_backend.init_forward_metadata``, ``ForwardBatch.mark_forward_metadata_ready`` | an eager draft's draft-extend runs its LM head on each request's last accepted row only, as SGLang's graph runner does (``_SelectedRowsExtend``) |
 | ``EagleVerifyInput.draft_token`` / ``draft_token_num``, ``LogitsProcessorOutput.hidden_states`` | the verified windows' roots (and EAGLE's target features there) of requests at k_i = 0, kept for their draft's catch-up (``skipped_rows``) |
 | ``EagleVerifyInput.retrieve_next_token`` (eagle_info.py:17) | cut a request's draft chain after k_i drafts |
 | ``GenerationBatchResult.cap_lens`` (managers/utils.py:105) | per-request lengths into SGLang's metrics and ``meta_info`` |
@@ -43,7 +44,7 @@ from __future__ import annotations
 import copy
 import functools
 import logging
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -518,8 +519,41 @@ def publish(on_publish, result) -> None:
 
 def draft_extend(worker, batch, result, verify_input) -> None:
     """SGLang's draft-extend over the verify window (``_draft_extend_for_decode``)."""
-    with _draft_contexts(worker, "draft_extend"):
+    with _draft_contexts(worker, "draft_extend"), _selected_rows_extend(worker.draft_worker):
         worker.draft_worker._draft_extend_for_decode(batch, result, kv_loc_plan=verify_input.kv_loc_plan)
+
+
+class _SelectedRowsExtend:
+    """SGLang's draft-extend graph runner's contract (``can_run_graph``, ``execute(forward_batch, select_index)``)
+    for an eager draft: the extend runs over every verified row (B x (d + 1)), but the draft's LM head only over
+    each request's last accepted row (``EagleDraftExtendInput.select_index``, which SGLang's logits processor
+    honours in DRAFT_EXTEND_V2), as SGLang's graph runner does. SGLang's eager path computes every row's logits and
+    keeps B of them; on CPU the LM head (vocabulary x hidden) is most of a small draft's cost a row."""
+
+    def __init__(self, runner):
+        self.runner = runner
+
+    def can_run_graph(self, forward_batch) -> bool:
+        return not forward_batch.forward_mode.is_idle()
+
+    def execute(self, forward_batch, select_index):
+        runner = self.runner
+        forward_batch.spec_info.select_index = select_index
+        runner.attn_backend.init_forward_metadata(forward_batch)  # skipped by SGLang where a graph runner replays
+        forward_batch.mark_forward_metadata_ready()
+        out = runner.forward(forward_batch).logits_output
+        hidden = out.hidden_states  # FULL capture keeps every row's: the selected ones, as the graph returns
+        if hidden is not None and hidden.shape[0] != select_index.shape[0]:
+            out.hidden_states = hidden[select_index]
+        return out
+
+
+def _selected_rows_extend(draft_worker):
+    """For one draft-extend of an eager draft: ``_SelectedRowsExtend`` in the graph runner's place (none there;
+    not where SGLang seeds a DSA indexer from the extend, which reads the graph runner's buffers)."""
+    if draft_worker.cuda_graph_runner_for_draft_extend is not None or draft_worker.seed_dsa_topk_from_draft_extend:
+        return nullcontext()
+    return patched(draft_worker, "cuda_graph_runner_for_draft_extend", _SelectedRowsExtend(draft_worker.draft_runner))
 
 
 def draft_state(batch):
@@ -570,7 +604,7 @@ def draft_extend_members(worker, batch, result, verify_input, members: list[int]
     part.new_seq_lens = result.new_seq_lens[index]
     part.prepared_draft_extend_inputs = None  # recomputed from the sub-result's own rows
     part.next_draft_input = copy.copy(result.next_draft_input)
-    with _draft_contexts(worker, "draft_extend"):
+    with _draft_contexts(worker, "draft_extend"), _selected_rows_extend(worker.draft_worker):
         worker.draft_worker._draft_extend_for_decode(sub, part)
     _scatter_draft_state(result.next_draft_input, part.next_draft_input, index)
 

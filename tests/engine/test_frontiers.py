@@ -67,6 +67,23 @@ def test_frontier_greedy_output_equals_hf(algorithm, frontier, overlap, trained,
         assert after["offset_passes"] > 0, after  # later frontiers ran as passes starting past row 0
 
 
+def test_held_at_the_window_faser_drafts_what_stock_sglang_drafts(trained, engine_pool):
+    """FASER's own draft path (depth tiers, draft sub-batches, ragged verify, the draft-extend's LM head run on each
+    request's last accepted row only: ``touchpoints._SelectedRowsExtend``) held at stock SGLang's length proposes
+    stock SGLang's drafts: in one batch every request has as many drafts accepted in as many steps. A wrong row of
+    the extend's output (the next draft token, EAGLE's feature) costs acceptance here."""
+    input_ids = [trained.tokenizer(p).input_ids for p in PROMPTS]
+    expected = engine_pool.get("stock-pair-EAGLE", **_pair(trained, "EAGLE")).generate(
+        input_ids=input_ids, sampling_params=GREEDY)
+    outs = engine_pool.get("fixed3-pair-EAGLE", faser=FaserConfig(mode="fixed", fixed_len=3),
+                           **_pair(trained, "EAGLE")).generate(input_ids=input_ids, sampling_params=GREEDY)
+    assert sum(out["meta_info"]["spec_num_correct_drafts"] for out in outs) > len(outs)
+    for want, out in zip(expected, outs):
+        assert out["output_ids"] == want["output_ids"]
+        for key in ("spec_num_correct_drafts", "spec_verify_ct"):
+            assert out["meta_info"][key] == want["meta_info"][key], (key, out["meta_info"], want["meta_info"])
+
+
 def _cycle_engine(suite, engine_pool):
     return engine_pool.get(
         "frontier-cycles-fixed3-f1",
