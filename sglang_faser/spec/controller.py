@@ -18,9 +18,10 @@ runtime state is a one-off stall; on CPU the server's first decode step alone is
 draft-extend and verify times of the sweeps after them become the cost model's prior (the verify side also gets
 dummy passes before the first step, engine/profiler.py). Each of these steps runs a live request at a depth the
 policy would seldom choose (at batch 1 on CPU a depth-7 step costs 4-5 parked ones), so no more of them run than
-the prior needs. After that there is no
-exploration cadence: the acceptance posteriors are optimistic where evidence is thin (spec/acceptance.py), which
-is what moves lengths up, and the online cost samples of every depth the policy picks keep the model current.
+the prior needs, and a batch of ``SWEEP_MAX_BATCH`` requests or more ends the sweep where it stands. After that
+there is no exploration cadence: the acceptance posteriors are optimistic where evidence is thin
+(spec/acceptance.py), which is what moves lengths up, and the online cost samples of every depth the policy picks
+keep the model current.
 Before it, a batch made only of the start-up warm-up's requests (spec/warmup.py) runs the warm-up's sweep, which
 no acceptance statistic or counter sees (``warmup_steps`` counts its steps). Its steps measure the cost of every
 depth at every batch bucket, each shape's second and later runs (its first pays the compiles): they join the
@@ -70,6 +71,12 @@ HOLD_MAX = 16  # ... and after twice as many each time the same batch is found a
 # speculation in one run).
 HOLD_STEP_MS = 20.0
 HOLD_STEP_BATCH = 8
+# A batch this large arriving during the start-up sweep ends it: the policy decides its steps. The sweep runs live
+# requests at uniform depths the policy would seldom choose, affordable at a request or two; a burst of 48 requests
+# that met the sweep at its depths 6 and 7 on CPU paid 210-320 ms steps (a parked step of theirs: 40 ms), and those
+# two samples were its batch size's whole draft-cost fit (a 42-49 ms draft-extend intercept, one draft priced at
+# 3x the ~20 ms it cost), so it parked 48 requests for a whole burst where one draft each paid.
+SWEEP_MAX_BATCH = 8
 
 
 @dataclass(frozen=True)
@@ -244,6 +251,9 @@ class LengthController:
         lengths = plan.lengths
         c = self.counters
         calibration = self.calibrating and not padded and self.config.mode is Mode.ADAPTIVE
+        if calibration and batch >= SWEEP_MAX_BATCH:
+            self._end_sweep()
+            calibration = False
         if calibration:
             # start-up profile of the draft side: the first steps sweep every depth with uniform lengths, so the
             # cost model's prior holds real draft and draft-extend times of this machine at each depth
@@ -306,6 +316,13 @@ class LengthController:
         lengths = np.maximum(np.minimum(plan.lengths, priced + 1), mins)
         expected = evaluate(probs, lengths, self.cost, uniform, context, resume) if self.explain else (0.0, 0.0)
         return StepPlan(lengths, *expected)
+
+    def _end_sweep(self) -> None:
+        """The start-up sweep ends before its last depth: the depths it measured are the prior (fitted now; a step's
+        samples arrive before the next decision on CPU), the others are priced online as the policy reaches them,
+        one deeper at a time (``_priced_short``). The first ``warm_steps`` still only warm up."""
+        self.calibration_steps = max(self.counters.steps, self.warm_steps)
+        self.cost.refit()
 
     def _warmup_step(self, rids: list[str], caps: np.ndarray | None, padded: bool, mixed: bool) -> StepDecision:
         """The warm-up sweep's next step over every depth the window has (a later policy may allow any of them);

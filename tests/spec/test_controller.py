@@ -200,6 +200,27 @@ def test_a_start_up_sweep_without_stalls_at_first_use_measures_from_its_second_s
     assert controller.cost.draft_ms(1, 3) == pytest.approx(6.5, rel=0.05)
 
 
+def test_a_large_batch_ends_the_start_up_sweep_and_is_decided_by_the_policy():
+    """A burst meeting the sweep would run its deep depths on every request (at 48 requests on CPU: 210-320 ms
+    steps against a parked 40 ms) and those samples alone would price drafting at its batch size. The sweep ends
+    where it stands: the depths it measured are the prior, fitted at once."""
+    from sglang_faser.spec.controller import SWEEP_MAX_BATCH
+
+    controller = LengthController(FaserConfig(), window=5, calibration_sweeps=1, warm_steps=1)
+    for _ in range(4):  # one request: the warm step, then depths 1 to 3
+        decision = controller.decide(["a"])
+        controller.record_phase("draft", 1, decision.depth, 0.5 + 2 * decision.depth)
+    assert controller.calibrating
+    burst = [f"r{i}" for i in range(SWEEP_MAX_BATCH)]
+    decision = controller.decide(burst)
+    assert not decision.calibration and not controller.calibrating
+    assert decision.depth <= 1  # the policy's plan, probed one draft deep at most (nothing priced there yet)
+    assert controller.cost.draft_ms(1, 2) == pytest.approx(4.5, rel=0.05)  # the sweep's depths: the prior
+    small = LengthController(FaserConfig(), window=5, calibration_sweeps=1, warm_steps=1)
+    for step in range(4):
+        assert small.decide([f"r{i}" for i in range(SWEEP_MAX_BATCH - 1)]).lengths.tolist() == [step] * 7
+
+
 def test_model_report_shows_the_fitted_costs_and_the_acceptance_it_learned():
     controller = LengthController(FaserConfig(mode="fixed", fixed_len=1), window=3)
     before = controller.model_report()
