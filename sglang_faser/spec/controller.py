@@ -168,6 +168,7 @@ class LengthController:
         # the last hold, parked)
         self._held: tuple[tuple, StepDecision, int, int, bool] | None = None
         self._step_ms = 0.0  # the last priced step's measured time (``record_step``): long parked steps are not held
+        self._sweep_cut = False  # the start-up sweep ended early (``_end_sweep``): unmeasured depths are probed
         self.warm_steps = window + 1 if warm_steps is None else warm_steps
         self.calibration_steps = self.warm_steps + calibration_sweeps * (window + 1) if calibration_sweeps else 0
         self._warmed: set[tuple[int, int, bool]] = set()  # (batch, sweep phase, mixed) the warm-up ran
@@ -230,6 +231,8 @@ class LengthController:
         context = context() if callable(context) else context
         backlog = backlog() if callable(backlog) else backlog
         batch = len(rids)
+        if batch >= SWEEP_MAX_BATCH and self.calibrating:
+            self._end_sweep()
         limit = np.full(batch, self.max_len, dtype=np.int64)
         if caps is not None:
             limit = np.minimum(limit, np.asarray(caps, dtype=np.int64))
@@ -251,9 +254,6 @@ class LengthController:
         lengths = plan.lengths
         c = self.counters
         calibration = self.calibrating and not padded and self.config.mode is Mode.ADAPTIVE
-        if calibration and batch >= SWEEP_MAX_BATCH:
-            self._end_sweep()
-            calibration = False
         if calibration:
             # start-up profile of the draft side: the first steps sweep every depth with uniform lengths, so the
             # cost model's prior holds real draft and draft-extend times of this machine at each depth
@@ -311,6 +311,8 @@ class LengthController:
         cost a step of its own. Probed one deeper at a time, each depth is priced by its own steps before the
         next is tried."""
         priced = self.cost.priced_depth(len(plan.lengths))
+        if priced is None and self._sweep_cut:  # no step measured yet, and the prior holds what a few requests cost
+            priced = 0
         if priced is None or plan.lengths.max(initial=0) <= priced + 1:
             return plan
         lengths = np.maximum(np.minimum(plan.lengths, priced + 1), mins)
@@ -320,8 +322,11 @@ class LengthController:
     def _end_sweep(self) -> None:
         """The start-up sweep ends before its last depth: the depths it measured are the prior (fitted now; a step's
         samples arrive before the next decision on CPU), the others are priced online as the policy reaches them,
-        one deeper at a time (``_priced_short``). The first ``warm_steps`` still only warm up."""
+        one deeper at a time (``_priced_short``), from the first step on: the large batch's own first plan, priced
+        on a few requests' sweep, drafted 3 deep at 48 requests for a whole burst at 0.65 tokens/ms against a
+        parked step's 1.0. The first ``warm_steps`` still only warm up."""
         self.calibration_steps = max(self.counters.steps, self.warm_steps)
+        self._sweep_cut = True
         self.cost.refit()
 
     def _warmup_step(self, rids: list[str], caps: np.ndarray | None, padded: bool, mixed: bool) -> StepDecision:

@@ -207,15 +207,19 @@ def test_a_large_batch_ends_the_start_up_sweep_and_is_decided_by_the_policy():
     from sglang_faser.spec.controller import SWEEP_MAX_BATCH
 
     controller = LengthController(FaserConfig(), window=5, calibration_sweeps=1, warm_steps=1)
-    for _ in range(4):  # one request: the warm step, then depths 1 to 3
+    for _ in range(4):  # one request: the warm step, then depths 1 to 3, all accepted, drafts next to free
         decision = controller.decide(["a"])
-        controller.record_phase("draft", 1, decision.depth, 0.5 + 2 * decision.depth)
+        controller.record_phase("verify", 1, int(decision.lengths.sum()) + 1, 1.0)
+        controller.record_phase("draft", 1, decision.depth, 0.5 + 0.01 * decision.depth)
+        controller.observe(decision.lengths)
+    controller.forget("a")
     assert controller.calibrating
     burst = [f"r{i}" for i in range(SWEEP_MAX_BATCH)]
     decision = controller.decide(burst)
     assert not decision.calibration and not controller.calibrating
-    assert decision.depth <= 1  # the policy's plan, probed one draft deep at most (nothing priced there yet)
-    assert controller.cost.draft_ms(1, 2) == pytest.approx(4.5, rel=0.05)  # the sweep's depths: the prior
+    assert controller.cost.draft_ms(1, 2) == pytest.approx(0.52, rel=0.05)  # the sweep's depths: the prior
+    assert decision.lengths.tolist() == [1] * SWEEP_MAX_BATCH  # the plan (5 deep on drafts that cheap), probed one
+    # draft deep: no depth was measured at its batch size
     small = LengthController(FaserConfig(), window=5, calibration_sweeps=1, warm_steps=1)
     for step in range(4):
         assert small.decide([f"r{i}" for i in range(SWEEP_MAX_BATCH - 1)]).lengths.tolist() == [step] * 7
