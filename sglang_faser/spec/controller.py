@@ -34,9 +34,7 @@ that hope alone drafts (the posterior means would give it no drafts); while its 
 request's hopes along the rest of its chain (``probed_short``), so a sure request drafts deep from its second step
 and a doomed one pays a one-draft step instead of a full-depth one (several plain steps at small batches on CPU).
 The cost side probes alike (``_priced_short``): a step drafts at most one deeper than the deepest depth recent
-steps of its batch size measured, so each depth is priced by its own steps before a deeper one is tried; and a
-parked batch of ``HOLD_STEP_BATCH`` requests or more drafts one each for a step once its batch size has not run one
-draft for ``PROBE_AFTER`` priced steps (``_cost_probe``), which prices one draft afresh.
+steps of its batch size measured, so each depth is priced by its own steps before a deeper one is tried.
 """
 
 from __future__ import annotations
@@ -79,12 +77,6 @@ HOLD_STEP_BATCH = 8
 # two samples were its batch size's whole draft-cost fit (a 42-49 ms draft-extend intercept, one draft priced at
 # 3x the ~20 ms it cost), so it parked 48 requests for a whole burst where one draft each paid.
 SWEEP_MAX_BATCH = 8
-# A parked batch of HOLD_STEP_BATCH requests or more whose batch size last drafted one deep this many priced steps
-# ago drafts one each for a step (a cost probe), which re-prices depth 1 from that step alone. A depth's price is
-# corrected only by its own steps: after a warm-up in which the machine ran about 2x slow, 48 requests on CPU had one
-# draft priced 1.3x and a parked step 0.7x of the fit, and parked for a whole burst where one draft each gave about
-# 1.3 tokens/ms against parking's 1.2 (fixed-1 1.07x of no speculation there).
-PROBE_AFTER = 32
 
 
 @dataclass(frozen=True)
@@ -177,7 +169,6 @@ class LengthController:
         self._held: tuple[tuple, StepDecision, int, int, bool] | None = None
         self._step_ms = 0.0  # the last priced step's measured time (``record_step``): long parked steps are not held
         self._sweep_cut = False  # the start-up sweep ended early (``_end_sweep``): unmeasured depths are probed
-        self._probes: set[int] = set()  # step counts of cost probes, whose measured times re-price depth 1 afresh
         self.warm_steps = window + 1 if warm_steps is None else warm_steps
         self.calibration_steps = self.warm_steps + calibration_sweeps * (window + 1) if calibration_sweeps else 0
         self._warmed: set[tuple[int, int, bool]] = set()  # (batch, sweep phase, mixed) the warm-up ran
@@ -260,8 +251,6 @@ class LengthController:
         if self.config.mode is Mode.ADAPTIVE and plan.lengths.any():
             plan = self._as_probe(rids, plan, probs, means, limit, mins, uniform, weights, context, resume)
             plan = self._priced_short(plan, probs, mins, uniform, context, resume)
-        elif self.config.mode is Mode.ADAPTIVE and batch >= HOLD_STEP_BATCH and not self.calibrating:
-            plan = self._cost_probe(plan, probs, limit, mins, uniform, context, resume)
         lengths = plan.lengths
         c = self.counters
         calibration = self.calibrating and not padded and self.config.mode is Mode.ADAPTIVE
@@ -327,18 +316,6 @@ class LengthController:
         if priced is None or plan.lengths.max(initial=0) <= priced + 1:
             return plan
         lengths = np.maximum(np.minimum(plan.lengths, priced + 1), mins)
-        expected = evaluate(probs, lengths, self.cost, uniform, context, resume) if self.explain else (0.0, 0.0)
-        return StepPlan(lengths, *expected)
-
-    def _cost_probe(self, plan: StepPlan, probs, limit, mins, uniform: bool, context: int, resume) -> StepPlan:
-        """A parked plan, or one draft each where depth 1 has not run at this batch size for ``PROBE_AFTER`` priced
-        steps (or never): the cost side's probe, as ``_as_probe`` is the acceptance side's. What is not run is not
-        priced: a parked batch refreshes its own price every step it parks, drafting's stays what it last measured."""
-        since = self.cost.steps_since(len(plan.lengths), 1)
-        lengths = np.maximum(np.minimum(limit, 1), mins)
-        if (since is not None and since < PROBE_AFTER) or not lengths.any():
-            return plan
-        self._probes.add(self.counters.steps + 1)  # the count ``_enqueue`` gives this step
         expected = evaluate(probs, lengths, self.cost, uniform, context, resume) if self.explain else (0.0, 0.0)
         return StepPlan(lengths, *expected)
 
@@ -460,12 +437,9 @@ class LengthController:
                     ms: float, step: int | None = None) -> None:
         """A whole step's measured time (verify and the rest, catch-ups excluded), against what the fit prices its
         shape at: the cost model's per-depth residual (not during the start-up sweep, which is the fit's prior)."""
-        step = self.counters.steps if step is None else step
-        if step > self.calibration_steps:
+        if (self.counters.steps if step is None else step) > self.calibration_steps:
             modelled = self.cost.modelled_step_ms(batch, verify_rows, depth, draft_rows, drafting, context)
-            self.cost.record_step(batch, depth, modelled, ms, fresh=step in self._probes)
-        if self._probes:
-            self._probes = {probe for probe in self._probes if probe > step}
+            self.cost.record_step(batch, depth, modelled, ms)
         self._step_ms = ms
 
     def record_catch_up(self, rows: int, ms: float) -> None:

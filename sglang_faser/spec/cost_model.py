@@ -50,8 +50,7 @@ buckets that ran one, never the bucket's drafting steps'; a drafting depth not y
 factor from the run drafting depths nearest it (the load on the machine moves every depth alike, the fit's error
 grows with depth), a bucket not yet seen the nearest parked factor and the mean of every drafting one, and a depth
 run once or long ago leans towards its kind's level (parked: the nearest parked factor; drafting: the bucket's
-drafting mean). A cost probe (a step the controller runs to re-price a depth not run for a while) starts its
-depth's mean anew: the old one measured the machine of another time.
+drafting mean).
 
 Profile samples stay as a prior, weighing as much as the online samples together; online samples live in a
 sliding window, so the fit follows load and thermal drift without forgetting the shape the profile established
@@ -397,11 +396,6 @@ class StepCostModel:
         seen = self._residual.get(_bucket_of(batch), {})
         return max((depth for depth, e in self._evidence(seen).items() if e >= PRICED_EVIDENCE), default=0)
 
-    def steps_since(self, batch: int, depth: int) -> int | None:
-        """Recorded steps since a step of ``batch``'s bucket last ran at ``depth`` (None: none ever did)."""
-        seen = self._residual.get(_bucket_of(batch), {}).get(depth)
-        return None if seen is None else self._steps - seen[2]
-
     def modelled_step_ms(self, batch: int, verify_tokens: int, depth: int, draft_rows: int, drafting: int,
                          context: int) -> float:
         """``step_ms(..., corrected=False)`` of one step's shape, without the vectorised machinery (every step
@@ -411,17 +405,13 @@ class StepCostModel:
         verify = verify_coef @ _verify_features(batch, verify_tokens, context) + verify_coef[0] * (passes - 1)
         return float(verify + self.coefs(DRAFT, batch) @ _draft_features(batch, depth, draft_rows, drafting))
 
-    def record_step(self, batch: int, depth: int, modelled_ms: float, ms: float, fresh: bool = False) -> None:
-        """A step's measured time against the fit's price for its shape (``modelled_step_ms``); ``fresh``: a cost
-        probe of a depth not run for a while, whose correction starts anew from this step (the old one measured the
-        machine of another time)."""
+    def record_step(self, batch: int, depth: int, modelled_ms: float, ms: float) -> None:
+        """A step's measured time against the fit's price for its shape (``modelled_step_ms``)."""
         if modelled_ms <= 0 or ms <= 0 or ms > OUTLIER_FACTOR * modelled_ms:  # a stall (first use of a shape)
             return
         self._steps += 1
         self._factors.clear()
         running = self._residual.setdefault(_bucket_of(batch), {}).setdefault(depth, [0.0, 0, 0])
-        if fresh:
-            running[0], running[1] = 0.0, 0
         running[2] = self._steps
         r = float(np.log(ms / modelled_ms))
         if running[1] >= 2:  # a one-off stall (another process on the CPU, a first use) moves it a bounded step

@@ -368,46 +368,6 @@ def test_a_batch_whose_steps_are_long_is_decided_and_priced_every_step():
         False, True, True, True]
 
 
-def test_a_parked_large_batch_drafts_one_each_when_drafting_s_price_is_stale_and_takes_that_price_afresh():
-    """Drafting's price at a batch size moves only when drafting runs there: one draft each measured at 3x the fit in
-    a slow spell keeps a batch of 8 parked for good. Once depth 1 has not run at its size for ``PROBE_AFTER`` priced
-    steps, one step drafts one each, and its measured time alone re-prices depth 1 (a running mean, clipped step by
-    step, would still price it at 2.7x here); a smaller batch never probes."""
-    from sglang_faser.spec.controller import HOLD_STEP_BATCH, PROBE_AFTER
-
-    def controller_at(batch):
-        cost = StepCostModel(verify_coef=[30.0, 0.0, 0.1, 0.0], draft_coef=[0.2, 0.0, 0.0, 0.2, 0.0])
-        controller = LengthController(FaserConfig(), window=3, cost=cost, calibration_sweeps=0)
-        parked, drafting = (cost.modelled_step_ms(batch, (1 + depth) * batch, depth, 0, depth * batch, 64)
-                            for depth in (0, 1))
-        for depth, ms in [(0, parked)] * 4 + [(1, 3 * drafting)] * 4:  # parked steps, then one draft each in a
-            cost.record_step(batch, depth, parked if depth == 0 else drafting, ms)  # slow spell
-        return controller
-
-    def run(controller, rids, steps, ms_factor=1.0):
-        lengths = []
-        for _ in range(steps):
-            decision = controller.decide(rids)
-            controller.observe(decision.lengths)  # what drafts there are pass
-            bs, depth = len(rids), decision.depth
-            modelled = controller.cost.modelled_step_ms(bs, bs + int(decision.lengths.sum()), depth, 0,
-                                                        int(np.count_nonzero(decision.lengths)), 64)
-            controller.record_step(bs, bs + int(decision.lengths.sum()), depth, 0,
-                                   int(np.count_nonzero(decision.lengths)), 64, ms_factor * modelled)
-            lengths.append(decision.lengths.tolist())
-        return lengths
-
-    rids = [f"r{i}" for i in range(HOLD_STEP_BATCH)]
-    controller = controller_at(len(rids))
-    lengths = run(controller, rids, PROBE_AFTER + 1)
-    assert lengths[:PROBE_AFTER] == [[0] * len(rids)] * PROBE_AFTER  # parked on the slow spell's price
-    assert lengths[PROBE_AFTER] == [1] * len(rids)  # the probe, a step at the machine's speed now
-    factor = controller.cost.depth_factor(len(rids), 1)
-    assert factor[1] == pytest.approx(factor[0], rel=0.05)  # one draft priced afresh, like a parked step
-    few = rids[: HOLD_STEP_BATCH - 1]
-    assert run(controller_at(len(few)), few, 2 * PROBE_AFTER) == [[0] * len(few)] * (2 * PROBE_AFTER)
-
-
 def test_a_batch_drafting_its_caps_is_held_while_drafts_pass_and_decided_at_once_after_a_rejection():
     """A sure request at max-len: passing drafts can only confirm the decision, so the batch keeps it for 3 more
     steps (held: no decision) like a parked batch; one rejected draft makes the next step decide."""
