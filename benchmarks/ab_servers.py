@@ -16,8 +16,9 @@ for each repeat, so the median is over processes too.
 
 Workloads: ``mixed-c1`` / ``mixed-c4`` / ``mixed-c32``: the serving benchmark's mixed prompts (code and random
 text, embedded default pair, EAGLE, window 7), 1 / 4 / 32 requests in flight; ``mixed-r16`` / ``mixed-r64``: the same
-prompts arriving as a Poisson process of 16 / 64 requests/s (the regret table's cells; with ``--fresh-servers`` each
-repeat is a cold server's burst, as in the regret table); ``batch1-sure`` / ``batch1-doomed``: one
+prompts arriving as a Poisson process of 16 / 64 requests/s, ``mixed-g16`` / ``mixed-g64`` as bursty Gamma
+arrivals (cv 2) (the regret table's cells; with ``--fresh-servers`` each repeat is a cold server's burst, as in the
+regret table); ``batch1-sure`` / ``batch1-doomed``: one
 request at a time on the tiny cycle pair (STANDALONE, window 5) whose drafts always / never pass; ``deep1-sure`` /
 ``deep1-doomed``: the same on the deep cycle pair (a 12-layer target, a 1-layer draft: a draft step costs a
 fraction of a target step); ``deep-c4`` / ``deep-c16``: the deep pair's cycle prompts (half sure, half doomed, the
@@ -53,7 +54,7 @@ from sglang_faser.models.tiny import CYCLE_SPLIT, ensure_tiny_suite  # noqa: E40
 from sglang_faser.server_process import ServerProcess  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
-WORKLOADS = ("mixed-c1", "mixed-c4", "mixed-c32", "mixed-r16", "mixed-r64", "batch1-sure", "batch1-doomed",
+WORKLOADS = ("mixed-c1", "mixed-c4", "mixed-c32", "mixed-r16", "mixed-r64", "mixed-g16", "mixed-g64", "batch1-sure", "batch1-doomed",
              "deep1-sure", "deep1-doomed", "deep-c4", "deep-c16")
 
 
@@ -79,16 +80,17 @@ def base_env(tree: Path) -> dict[str, str]:
 def in_flight(workload: str) -> int:
     """Requests a workload keeps in flight (1 for the batch-1 workloads; 32 where they arrive at a rate)."""
     load = workload.split("-")[1]
-    return int(load[1:]) if load[0] == "c" else 32 if load[0] == "r" else 1
+    return int(load[1:]) if load[0] == "c" else 32 if load[0] in "rg" else 1
 
 
 def runner(workload: str, args):
     """One repeat's load against a server URL, where several requests are in flight: (tokens, seconds)."""
-    load = workload.split("-")[1]  # c<in flight> or r<requests/s>
-    rate = float(load[1:]) if load[0] == "r" else float("inf")
+    load = workload.split("-")[1]  # c<in flight>, r<requests/s> (Poisson) or g<requests/s> (Gamma, cv 2)
+    rate = float(load[1:]) if load[0] in "rg" else float("inf")
     concurrency = int(load[1:]) if load[0] == "c" else None
     prompts = "cycles" if workload.startswith("deep") else "mixed"
-    requests = serve_workload.build(args.requests, rate, "poisson", args.max_new_tokens, 0, 2.0, prompts)
+    arrivals = "gamma" if load[0] == "g" else "poisson"
+    requests = serve_workload.build(args.requests, rate, arrivals, args.max_new_tokens, 0, 2.0, prompts)
 
     def run(url: str) -> tuple[int, float]:
         results, wall = drive(url, requests, None, max_concurrency=concurrency)
