@@ -44,6 +44,8 @@ async def _send(session, url: str, request: Request, progress) -> Result:
     body = {"text": request.prompt, "stream": True,
             "sampling_params": {"temperature": request.temperature, "max_new_tokens": request.max_new_tokens,
                                 "ignore_eos": True}}
+    if request.custom_params is not None:
+        body["sampling_params"]["custom_params"] = request.custom_params
     result = Result(request.kind, ok=False, greedy=request.temperature == 0)
     try:
         async with session.post(url + "/generate", json=body) as response:

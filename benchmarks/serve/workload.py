@@ -29,6 +29,7 @@ class Request:
     kind: str  # which prompt set it came from
     max_new_tokens: int
     temperature: float = 0.0  # 0: greedy (its output must equal no speculation's)
+    custom_params: dict | None = None  # SGLang's per-request custom_params (FASER's {"faser": {...}} controls)
 
 
 def load_prompts(kinds=SETS) -> list[tuple[str, str]]:

@@ -79,3 +79,21 @@ def test_one_request_at_a_time_runs_each_request_on_every_server_in_a_rotating_o
     assert rates == {"A": 100 / 4.0, "B": 100 / 8.0, "C": 100 / 16.0}
     assert ab_servers.one_at_a_time("mixed-c1") and ab_servers.one_at_a_time("deep1-doomed")
     assert not ab_servers.one_at_a_time("mixed-c4") and not ab_servers.one_at_a_time("mixed-r16")
+
+
+def test_oracle_report_compares_per_kind_plans_with_uniform_ones_and_stock(tmp_path, monkeypatch):
+    from benchmarks import oracle_lengths
+
+    monkeypatch.setattr(oracle_lengths, "RESULTS", tmp_path)
+    args = argparse.Namespace(workload="mixed-c32", plans=["1/1", "2/1"], baselines=["no-spec", "fixed-1", "faser"],
+                              repeats=2, requests=8, max_new_tokens=16, tag="t")
+    rates = {"no-spec": [100.0, 100.0], "fixed-1": [110.0, 90.0], "faser": [99.0, 120.0],
+             "1/1": [100.0, 100.0], "2/1": [130.0, 80.0]}
+    oracle_lengths.report(args, rates)
+    text = (tmp_path / "oracle_lengths_t.md").read_text()
+    assert "| 2/1 | 105.0 | 1.050x | 1.050x |" in text  # no-spec is the best stock run (median 100 vs 100)
+    assert "best per-kind plan 2/1 against the best uniform plan 1/1: 1.050x" in text
+    assert json.loads((tmp_path / "oracle_lengths_t.json").read_text())["repeats_tok_per_s"]["faser"] == [99.0, 120.0]
+    assert oracle_lengths.mixed_workload("mixed-g64") == "mixed-g64"
+    with pytest.raises(argparse.ArgumentTypeError, match="mixed-c<in flight>"):
+        oracle_lengths.mixed_workload("mixed-c0")

@@ -10,6 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from benchmarks import oracle_lengths  # noqa: E402
 from benchmarks.serve import metrics, workload  # noqa: E402
 from benchmarks.serve.driver import Result  # noqa: E402
 
@@ -188,8 +189,9 @@ def test_lossless_check_counts_outputs_equal_to_no_spec_and_drops_the_texts():
     assert all("outputs" not in r for runs in table.values() for r in runs.values())
 
 
-def test_max_concurrency_bounds_the_requests_in_flight():
-    """A stand-in /generate that streams one chunk after a short wait and counts how many requests it holds."""
+def test_max_concurrency_bounds_the_requests_in_flight_and_custom_params_reach_the_server():
+    """A stand-in /generate that streams one chunk after a short wait, counts how many requests it holds and keeps
+    what each asked for (the per-kind oracle's caps travel as SGLang's ``sampling_params.custom_params``)."""
     import asyncio
     import json
     import threading
@@ -198,9 +200,11 @@ def test_max_concurrency_bounds_the_requests_in_flight():
 
     from benchmarks.serve.driver import drive
 
-    state = {"now": 0, "most": 0}
+    state = {"now": 0, "most": 0, "asked": []}
 
     async def generate(request):
+        body = await request.json()
+        state["asked"].append((body["text"], body["sampling_params"].get("custom_params")))
         state["now"] += 1
         state["most"] = max(state["most"], state["now"])
         response = web.StreamResponse()
@@ -235,6 +239,13 @@ def test_max_concurrency_bounds_the_requests_in_flight():
         state["most"] = 0
         drive(url, requests)
         assert state["most"] == 10
+        assert {params for _, params in state["asked"]} == {None}
+        state["asked"].clear()
+        mixed = workload.build(6, float("inf"), "poisson", 1, prompt_set="mixed")
+        drive(url, oracle_lengths.plan_requests(mixed, (3, 0)))
+        caps = {text: params["faser"]["max_len"] for text, params in state["asked"]}
+        assert [caps[r.prompt] for r in mixed] == [3 if r.kind == "repeat" else 0 for r in mixed]
+        assert {r.kind for r in mixed} == {"repeat", "noise"}
     finally:
         asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
