@@ -54,8 +54,8 @@ from sglang_faser.models.tiny import CYCLE_SPLIT, ensure_tiny_suite  # noqa: E40
 from sglang_faser.server_process import ServerProcess  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
-WORKLOADS = ("mixed-c1", "mixed-c4", "mixed-c32", "mixed-r16", "mixed-r64", "mixed-g16", "mixed-g64", "batch1-sure", "batch1-doomed",
-             "deep1-sure", "deep1-doomed", "deep-c4", "deep-c16")
+WORKLOADS = ("mixed-c1", "mixed-c4", "mixed-c32", "mixed-r16", "mixed-r64", "mixed-g16", "mixed-g64",
+             "batch1-sure", "batch1-doomed", "deep1-sure", "deep1-doomed", "deep-c4", "deep-c16")
 
 
 def flags_for(workload: str, config: str) -> list[str]:

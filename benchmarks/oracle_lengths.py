@@ -53,7 +53,8 @@ def mixed_workload(name: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", type=mixed_workload, default="mixed-c32",
-                        help="mixed-c<N>: N requests in flight; mixed-r<R> / mixed-g<R>: Poisson / Gamma arrivals at R/s")
+                        help="mixed-c<N>: N requests in flight; mixed-r<R> / mixed-g<R>: Poisson / Gamma arrivals "
+                        "at R/s")
     parser.add_argument("--plans", nargs="+", default=["1/1", "2/2", "2/1", "3/1", "3/2"],
                         help="repeat/noise draft lengths per step")
     parser.add_argument("--baselines", nargs="+", default=["no-spec", "fixed-1", "fixed-3", "faser"])
