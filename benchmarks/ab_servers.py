@@ -83,14 +83,19 @@ def in_flight(workload: str) -> int:
     return int(load[1:]) if load[0] == "c" else 32 if load[0] in "rg" else 1
 
 
-def runner(workload: str, args):
-    """One repeat's load against a server URL, where several requests are in flight: (tokens, seconds)."""
+def workload_requests(workload: str, requests: int, max_new_tokens: int) -> tuple[list, int | None]:
+    """A workload's requests and the most it keeps in flight (None: they arrive at their times)."""
     load = workload.split("-")[1]  # c<in flight>, r<requests/s> (Poisson) or g<requests/s> (Gamma, cv 2)
     rate = float(load[1:]) if load[0] in "rg" else float("inf")
     concurrency = int(load[1:]) if load[0] == "c" else None
     prompts = "cycles" if workload.startswith("deep") else "mixed"
     arrivals = "gamma" if load[0] == "g" else "poisson"
-    requests = serve_workload.build(args.requests, rate, arrivals, args.max_new_tokens, 0, 2.0, prompts)
+    return serve_workload.build(requests, rate, arrivals, max_new_tokens, 0, 2.0, prompts), concurrency
+
+
+def runner(workload: str, args):
+    """One repeat's load against a server URL, where several requests are in flight: (tokens, seconds)."""
+    requests, concurrency = workload_requests(workload, args.requests, args.max_new_tokens)
 
     def run(url: str) -> tuple[int, float]:
         results, wall = drive(url, requests, None, max_concurrency=concurrency)

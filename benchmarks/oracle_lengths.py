@@ -27,8 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.ab_servers import start_servers, stop_servers  # noqa: E402
-from benchmarks.serve import workload as serve_workload  # noqa: E402
+from benchmarks.ab_servers import start_servers, stop_servers, workload_requests  # noqa: E402
 from benchmarks.serve.driver import drive  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -64,11 +63,7 @@ def main() -> None:
     parser.add_argument("--tag", help="results file suffix (default: the workload)")
     args = parser.parse_args()
     plans = [tuple(int(k) for k in p.split("/")) for p in args.plans]
-    load = args.workload.split("-")[1]
-    rate = float(load[1:]) if load[0] in "rg" else float("inf")
-    concurrency = int(load[1:]) if load[0] == "c" else None
-    requests = serve_workload.build(args.requests, rate, "gamma" if load[0] == "g" else "poisson",
-                                    args.max_new_tokens, 0, 2.0, "mixed")
+    requests, concurrency = workload_requests(args.workload, args.requests, args.max_new_tokens)
     runs = [(config, None) for config in args.baselines] + [(ORACLE, plan) for plan in plans]
     servers = start_servers([(config, "new") for config in dict.fromkeys(c for c, _ in runs)], args.workload, None)
     rates: dict[str, list[float]] = {}

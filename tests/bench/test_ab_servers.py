@@ -97,3 +97,12 @@ def test_oracle_report_compares_per_kind_plans_with_uniform_ones_and_stock(tmp_p
     assert oracle_lengths.mixed_workload("mixed-g64") == "mixed-g64"
     with pytest.raises(argparse.ArgumentTypeError, match="mixed-c<in flight>"):
         oracle_lengths.mixed_workload("mixed-c0")
+
+
+def test_workload_names_give_their_arrivals_and_requests_in_flight():
+    closed, most = ab_servers.workload_requests("mixed-c16", 6, 8)
+    assert most == 16 and [r.at for r in closed] == [0.0] * 6 and {r.kind for r in closed} == {"repeat", "noise"}
+    poisson, none = ab_servers.workload_requests("mixed-r64", 6, 8)
+    gamma, _ = ab_servers.workload_requests("mixed-g64", 6, 8)
+    assert none is None and poisson[-1].at > 0 and gamma[-1].at > 0
+    assert [r.at for r in gamma] != [r.at for r in poisson] and all(r.max_new_tokens == 8 for r in gamma)
