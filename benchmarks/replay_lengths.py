@@ -110,7 +110,8 @@ class PolicyLengths:
 
 
 def policy_controller(costs: list[dict], window: int) -> LengthController:
-    """The adaptive policy as served, priced by the cost trace's last batch-1 fit (no start-up sweep: it is in it)."""
+    """The adaptive policy as served, priced by the cost trace's last batch-1 fit (no start-up sweep: that fit has
+    measured what one would)."""
     last = costs[-1]
     cost = StepCostModel(verify_coef=last["verify_coef"], draft_coef=last["draft_coef"])
     return LengthController(FaserConfig(), window=window, cost=cost, calibration_sweeps=0)
@@ -138,6 +139,7 @@ def parse_args(argv):
     parser.add_argument("--costs", required=True, help="step trace of an adaptive FASER server at batch 1")
     parser.add_argument("--workload", default="mixed-c1", help="the workload both traces served (kinds, order)")
     parser.add_argument("--requests", type=int, default=64, help="requests of the workload at the trace's end")
+    parser.add_argument("--max-new-tokens", type=int, default=64, help="as the traced workload ran")
     parser.add_argument("--window", type=int, default=7)
     parser.add_argument("--plans", nargs="+", default=["1/0", "2/0", "3/0", "5/0", "7/0", "1/1", "2/2", "3/3",
                                                        "5/5", "7/7", "3/1", "5/2"])
@@ -149,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.ab_servers import workload_requests
 
     args = parse_args(argv)
-    served, _ = workload_requests(args.workload, args.requests, 64)
+    served, _ = workload_requests(args.workload, args.requests, args.max_new_tokens)
     kinds = tuple(dict.fromkeys(r.kind for r in served))
     if len(kinds) != 2:
         raise SystemExit(f"--workload {args.workload}: plans need two prompt kinds, it has {kinds}")
