@@ -65,8 +65,8 @@ def run_lengths(trace: list[dict], window: int) -> list[list[int]]:
 
 def step_prices(trace: list[dict]) -> tuple[float, float, float, float]:
     """(parked, drafting intercept, per draft, resume) ms at batch 1: medians of the time between consecutive steps
-    of one request (a gap a new request's prefill or an idle spell opens is left out), a line through the drafting
-    depths' medians, and the median catch-up of the steps that had one."""
+    of one request (its first step, after its prefill, is left out; a gap longer than 1.5 step times is cut to
+    that), a line through the drafting depths' medians, and the median catch-up of the steps that had one."""
     gaps: dict[int, list[float]] = {}
     for a, b in itertools.pairwise(trace):
         if a["rids"] == b["rids"]:
