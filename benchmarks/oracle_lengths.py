@@ -43,6 +43,12 @@ def plan_requests(requests: list, plan: tuple[int, int] | None) -> list:
     return [dataclasses.replace(r, custom_params={"faser": {"max_len": lengths[r.kind]}}) for r in requests]
 
 
+def parse_plan(name: str) -> tuple[int, int]:
+    """``"r/n"`` -> (r, n): the ``repeat`` prompts' length, then the ``noise`` prompts' (``KINDS``)."""
+    repeat, noise = (int(k) for k in name.split("/"))
+    return repeat, noise
+
+
 def mixed_workload(name: str) -> str:
     if not re.fullmatch(r"mixed-(c[1-9][0-9]*|[rg][0-9]+(\.[0-9]+)?)", name):
         raise argparse.ArgumentTypeError(f"{name!r}: mixed-c<in flight>, mixed-r<req/s> or mixed-g<req/s>")
@@ -62,7 +68,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--tag", help="results file suffix (default: the workload)")
     args = parser.parse_args()
-    plans = [tuple(int(k) for k in p.split("/")) for p in args.plans]
+    plans = [parse_plan(p) for p in args.plans]
     requests, concurrency = workload_requests(args.workload, args.requests, args.max_new_tokens)
     runs = [(config, None) for config in args.baselines] + [(ORACLE, plan) for plan in plans]
     servers = start_servers([(config, "new") for config in dict.fromkeys(c for c, _ in runs)], args.workload, None)

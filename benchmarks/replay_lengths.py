@@ -11,8 +11,9 @@ drafts accepted of k tried, a < k, says r(p + j) = a - j for j <= a; a full wind
 (the median time between consecutive steps: parked, and a line fitted over the drafting depths) and what a
 request pays to resume drafting after parked steps (the median catch-up). Each request is replayed to its output
 length under FASER's real ``LengthController`` (default policy, that server's fitted batch-1 cost model) and under
-every plan ``r/n`` (the workload's first prompt kind drafting r a step, the second n), the kinds taken from the
-workload's requests in order (``ab_servers.workload_requests``). Reports each as tokens per replayed millisecond
+every plan ``r/n`` (the ``repeat`` prompts drafting r a step, the ``noise`` ones n, as in
+``oracle_lengths.py``), each request's kind taken from the workload's requests in order
+(``ab_servers.workload_requests``). Reports each as tokens per replayed millisecond
 against ``0/0`` (FASER's worker parked throughout) and against the best plan, and writes
 ``benchmarks/results/replay_lengths_{tag}.{json,md}``. A model, not a measurement: it prices steps by depth alone,
 so it ranks policies on this pair's acceptance; served runs (``oracle_lengths.py``) are what the ratios mean.
@@ -32,6 +33,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.ab_servers import workload_requests  # noqa: E402
+from benchmarks.oracle_lengths import KINDS, parse_plan  # noqa: E402
 from sglang_faser.spec.config import FaserConfig  # noqa: E402
 from sglang_faser.spec.controller import LengthController  # noqa: E402
 from sglang_faser.spec.cost_model import StepCostModel  # noqa: E402
@@ -85,10 +88,10 @@ def replay(runs: list[int], length_at, prices) -> float:
     record what passed through ``length_at.observe``)."""
     parked, intercept, per_draft, resume = prices
     ms, position, was_parked = 0.0, 0, False
+    observe = getattr(length_at, "observe", None)
     while position < len(runs):
         k = length_at(position)
         passed = min(k, runs[position])
-        observe = getattr(length_at, "observe", None)
         if observe:
             observe(passed)
         ms += parked if k == 0 else intercept + per_draft * k + (resume if was_parked else 0.0)
@@ -117,12 +120,12 @@ def policy_controller(costs: list[dict], window: int) -> LengthController:
     return LengthController(FaserConfig(), window=window, cost=cost, calibration_sweeps=0)
 
 
-def evaluate(requests: list[tuple[str, list[int]]], prices, plans: list[tuple[int, int]], kinds: tuple[str, str],
+def evaluate(requests: list[tuple[str, list[int]]], prices, plans: list[tuple[int, int]],
              controller: LengthController) -> dict[str, float]:
     """Replayed milliseconds of every plan and of the policy over the requests, in order."""
     totals = {}
     for plan in plans:
-        lengths = dict(zip(kinds, plan))
+        lengths = dict(zip(KINDS, plan))
         totals[f"{plan[0]}/{plan[1]}"] = sum(replay(runs, lambda p, k=lengths[kind]: k, prices)
                                              for kind, runs in requests)
     policy = 0.0
@@ -148,31 +151,29 @@ def parse_args(argv):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.ab_servers import workload_requests
-
     args = parse_args(argv)
     served, _ = workload_requests(args.workload, args.requests, args.max_new_tokens)
-    kinds = tuple(dict.fromkeys(r.kind for r in served))
-    if len(kinds) != 2:
-        raise SystemExit(f"--workload {args.workload}: plans need two prompt kinds, it has {kinds}")
+    kinds = {r.kind for r in served}
+    if not kinds <= set(KINDS):
+        raise SystemExit(f"--workload {args.workload}: plans give lengths to {KINDS}, it has {sorted(kinds)}")
     runs = run_lengths(read_trace(args.acceptance), args.window)[-len(served):]
     if len(runs) < len(served):
         raise SystemExit(f"--acceptance: {len(runs)} requests traced, the workload has {len(served)}")
     requests = [(r.kind, run[: r.max_new_tokens]) for r, run in zip(served, runs)]
     costs = read_trace(args.costs)
     prices = step_prices(costs)
-    plans = [tuple(int(x) for x in p.split("/")) for p in dict.fromkeys(["0/0", *args.plans])]
-    totals = evaluate(requests, prices, plans, kinds, policy_controller(costs, args.window))
+    plans = [parse_plan(p) for p in dict.fromkeys(["0/0", *args.plans])]
+    totals = evaluate(requests, prices, plans, policy_controller(costs, args.window))
     best = min((name for name in totals if name != "faser"), key=totals.get)
     rows = {name: {"ms": round(ms, 1), "vs_parked": totals["0/0"] / ms, "vs_best_plan": totals[best] / ms}
             for name, ms in totals.items()}
-    meta = {**{k: v for k, v in vars(args).items() if k != "plans"}, "kinds": kinds, "best_plan": best,
+    meta = {**{k: v for k, v in vars(args).items() if k != "plans"}, "kinds": KINDS, "best_plan": best,
             "prices_ms": dict(zip(("parked", "intercept", "per_draft", "resume"), (round(p, 2) for p in prices)))}
     tag = args.tag or args.workload
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"replay_lengths_{tag}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     lines = [f"# Batch-1 replay of the length policy: {args.workload}", "", f"`{json.dumps(meta)}`", "",
-             f"plan r/n: {kinds[0]} prompts draft r a step, {kinds[1]} n; tokens per replayed ms (a model: steps "
+             f"plan r/n: {KINDS[0]} prompts draft r a step, {KINDS[1]} n; tokens per replayed ms (a model: steps "
              "priced by depth)", "", "| run | replayed ms | vs 0/0 (parked) | vs best plan |", "|---|---|---|---|"]
     lines += [f"| {name} | {row['ms']} | {row['vs_parked']:.3f}x | {row['vs_best_plan']:.3f}x |"
               for name, row in rows.items()]
