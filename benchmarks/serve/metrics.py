@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -68,15 +70,23 @@ def rate_order(rate: str) -> float:
         return float("inf")
 
 
+def _tpot_p50(row: dict) -> float | None:
+    value = row.get("tpot_s", {}).get("p50")
+    return value if value is not None and math.isfinite(value) and value > 0 else None
+
+
 def add_ratios(table: dict[str, dict[str, dict]]) -> None:
     """``table[config][rate]``: add throughput and p99 ratios against no-spec, the best fixed length and the best
-    configuration that is not FASER's, per rate."""
+    configuration that is not FASER's, per rate; and the p50 time per output token against the lowest of those
+    others (where the arrival rate pins every configuration's throughput, latency is what tells them apart)."""
     rates = sorted({rate for runs in table.values() for rate in runs}, key=rate_order)
     for rate in rates:
         fixed = {c: runs[rate] for c, runs in table.items() if c.startswith("fixed-") and rate in runs}
         best = max(fixed, key=lambda c: fixed[c]["output_tokens_per_s"]) if fixed else None
         others = {c: runs[rate] for c, runs in table.items() if not c.startswith("faser") and rate in runs}
         best_other = max(others, key=lambda c: others[c]["output_tokens_per_s"]) if others else None
+        tpots = {c: t for c, row in others.items() if (t := _tpot_p50(row)) is not None}
+        fastest = min(tpots, key=tpots.get) if tpots else None
         base = table.get("no-spec", {}).get(rate)
         for config, runs in table.items():
             if rate not in runs:
@@ -88,6 +98,9 @@ def add_ratios(table: dict[str, dict[str, dict]]) -> None:
             row["vs_best_other"] = (tput / others[best_other]["output_tokens_per_s"]
                                     if best_other and others[best_other]["output_tokens_per_s"] else None)
             row["vs_no_spec"] = tput / base["output_tokens_per_s"] if base and base["output_tokens_per_s"] else None
+            own = _tpot_p50(row)
+            row["fastest_other"] = fastest  # the other configuration with the lowest p50 time per output token
+            row["tpot_vs_fastest_other"] = tpots[fastest] / own if fastest and own else None  # > 1: FASER's faster
             row["vs_best_fixed"] = (tput / fixed[best]["output_tokens_per_s"]
                                     if best and fixed[best]["output_tokens_per_s"] else None)
             row["p99_e2e_vs_no_spec"] = (row["e2e_s"]["p99"] / base["e2e_s"]["p99"]

@@ -83,20 +83,23 @@ def test_summary_and_ratios():
     assert row["failed"] == 1 and row["output_tokens_per_s"] == pytest.approx(8.0)
     assert row["tpot_s"]["mean"] == pytest.approx(0.1) and row["e2e_s"]["p50"] == pytest.approx(1.7)
     assert row["accept_length_by_kind"] == {"chat": 2.0, "code": 3.0} and row["pruned_share"] == pytest.approx(0.25)
-    table = {"no-spec": {"1": {"output_tokens_per_s": 10.0, "e2e_s": {"p99": 2.0}}},
-             "fixed-1": {"1": {"output_tokens_per_s": 8.0, "e2e_s": {"p99": 3.0}}},
-             "fixed-3": {"1": {"output_tokens_per_s": 12.0, "e2e_s": {"p99": 1.0}}},
+    table = {"no-spec": {"1": {"output_tokens_per_s": 10.0, "e2e_s": {"p99": 2.0}, "tpot_s": {"p50": 0.012}}},
+             "fixed-1": {"1": {"output_tokens_per_s": 8.0, "e2e_s": {"p99": 3.0}, "tpot_s": {"p50": 0.009}}},
+             "fixed-3": {"1": {"output_tokens_per_s": 12.0, "e2e_s": {"p99": 1.0}, "tpot_s": {"p50": float("nan")}}},
              "sglang-adaptive": {"1": {"output_tokens_per_s": 13.0, "e2e_s": {"p99": 1.0}}},
-             "faser": {"1": {"output_tokens_per_s": 15.0, "e2e_s": {"p99": 1.0}}}}
+             "faser": {"1": {"output_tokens_per_s": 15.0, "e2e_s": {"p99": 1.0}, "tpot_s": {"p50": 0.010}}}}
     metrics.add_ratios(table)
     faser = table["faser"]["1"]
     assert faser["best_fixed"] == "fixed-3"
     assert faser["vs_best_fixed"] == pytest.approx(1.25) and faser["vs_no_spec"] == pytest.approx(1.5)
     assert faser["p99_e2e_vs_no_spec"] == pytest.approx(0.5)
     assert faser["best_other"] == "sglang-adaptive" and faser["vs_best_other"] == pytest.approx(15 / 13)
+    # latency: against the other with the lowest p50 time per output token (a NaN or missing one is no candidate)
+    assert faser["fastest_other"] == "fixed-1" and faser["tpot_vs_fastest_other"] == pytest.approx(0.9)
+    assert table["fixed-3"]["1"]["tpot_vs_fastest_other"] is None
     from benchmarks.serve.report import regret
 
-    assert "| poisson 1 | 1.15x | sglang-adaptive |" in regret({"poisson": table})
+    assert "| poisson 1 | 1.15x | sglang-adaptive | 0.90x | fixed-1 |" in regret({"poisson": table})
 
 
 def test_repeats_report_the_median_run():
