@@ -100,7 +100,7 @@ def add_ratios(table: dict[str, dict[str, dict]]) -> None:
             row["vs_no_spec"] = tput / base["output_tokens_per_s"] if base and base["output_tokens_per_s"] else None
             own = _tpot_p50(row)
             row["fastest_other"] = fastest  # the other configuration with the lowest p50 time per output token
-            row["tpot_vs_fastest_other"] = tpots[fastest] / own if fastest and own else None  # > 1: FASER's faster
+            row["tpot_vs_fastest_other"] = tpots[fastest] / own if fastest and own else None  # > 1: this one faster
             row["vs_best_fixed"] = (tput / fixed[best]["output_tokens_per_s"]
                                     if best and fixed[best]["output_tokens_per_s"] else None)
             row["p99_e2e_vs_no_spec"] = (row["e2e_s"]["p99"] / base["e2e_s"]["p99"]

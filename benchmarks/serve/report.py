@@ -52,7 +52,9 @@ def markdown(results: dict, meta: dict) -> str:
             lines += ["", f"best fixed length here: {best or '- (none run)'}", ""]
     lines += ["accept len: SGLang's tokens per verify step (bonus included), mean over requests; chosen len: draft "
               "tokens FASER proposed per request-step (FASER configurations); pruned share: verify rows skipped by "
-              "early pruning. Ratios are output tokens/s against configurations measured in the same run.", ""]
+              "early pruning. Ratios are output tokens/s against configurations measured in the same run; the "
+              "regret table's TPOT columns are the lowest p50 time per output token among the others over FASER's "
+              "(above 1x: FASER's tokens come faster).", ""]
     return "\n".join(lines)
 
 
