@@ -97,7 +97,7 @@ def report(args, rates: dict[str, list[float]]) -> None:
 
     stock = [name for name in rates if "/" not in name and not name.startswith("faser")]  # SGLang's own runs
     plans = [name for name in rates if "/" in name]
-    uniform = [p for p in plans if len(set(p.split("/"))) == 1]
+    uniform = [p for p in plans if len(set(parse_plan(p))) == 1]
     per_kind = [p for p in plans if p not in uniform]
     best = lambda names: max(names, key=lambda n: statistics.median(rates[n]))  # noqa: E731
     lines = [f"# Per-kind length oracle: {args.workload}", "",
