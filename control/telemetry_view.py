@@ -85,7 +85,8 @@ def render(telemetry: pb.Telemetry, per_replica: bool = False) -> Group:
 def _model_grid(model: pb.PolicyModel) -> Table:
     """The policy's beliefs: why it picks the lengths it does."""
     grid = Table.grid(padding=(0, 2))
-    grid.add_row("verify cost ms", f"{_coefs(model.verify_coef, ('', 'x req', 'x tok', 'x ctx tok'))}  (error {_pct(model.verify_mape)})")
+    verify = _coefs(model.verify_coef, ('', 'x req', 'x tok', 'x key read'))
+    grid.add_row("verify cost ms", f"{verify}  (error {_pct(model.verify_mape)})")
     grid.add_row("draft cost ms", f"{_coefs(model.draft_coef, ('', 'if drafting', 'x req', 'x step', 'x row'))}  "
                                   f"(error {_pct(model.draft_mape)})")
     grid.add_row("acceptance estimate", " ".join(f"{a:.2f}" for a in model.accept_by_position) or "-")

@@ -351,8 +351,8 @@ class FaserEngine:
                 controller.record_step(bs, verify_rows, decision.depth, draft_rows, drafting, context,
                                        verify_ms + draft_ms, step=step)
         if traced is not None:
-            self.trace.measured(traced, controller, verify_ms=verify_ms, draft_ms=draft_ms, catch_up_ms=catch_up_ms,
-                                host_ms=host_ms, step_ms=total_ms)
+            self.trace.measured(traced, controller, context=context, verify_ms=verify_ms, draft_ms=draft_ms,
+                                catch_up_ms=catch_up_ms, host_ms=host_ms, step_ms=total_ms)
 
     def _end_step(self, phases: list[tuple[str, Mark, Mark]], batch_size: int) -> None:
         """A step's phases into telemetry, on the machine's timeline (the device's on a GPU, where the host's

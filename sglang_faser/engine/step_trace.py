@@ -1,13 +1,13 @@
 """A per-step trace of the policy's choice against what the step then cost: the tool to see why FASER chose a length.
 
 ``SGLANG_FASER_STEP_TRACE=/path/steps.jsonl`` (set for the server process) makes every FASER decode step append one
-JSON line: when its times were read, the batch size, its requests' ids, each request's length and the depth run,
-what the policy expected (tokens and milliseconds, after the measured residual), the measured phases (verify, the
-rest of the step with the scheduler's host time, catch-up), the drafts each request had accepted, and the cost
-model's coefficients and depth factors for that batch. A line is written once its step's acceptance (SGLang reports
-it after the step, ``observe``) and its measured times (on a GPU read a step or two later) have both arrived,
-line-buffered, so the trace of a live server can be read while it serves; off by default (a JSON line per step is host
-work a server should not pay unasked).
+JSON line: when its times were read, the batch size, its requests' ids and context tokens, each request's length
+and the depth run, what the policy expected (tokens and milliseconds, after the measured residual), the measured
+phases (verify, the rest of the step with the scheduler's host time, catch-up), the drafts each request had
+accepted, and the cost model's coefficients and depth factors for that batch. A line is written once its step's
+acceptance (SGLang reports it after the step, ``observe``) and its measured times (on a GPU read a step or two
+later) have both arrived, line-buffered, so the trace of a live server can be read while it serves; off by default
+(a JSON line per step is host work a server should not pay unasked).
 """
 
 from __future__ import annotations
@@ -55,11 +55,12 @@ class StepTrace:
         self._waiting.append(record)
         return record
 
-    def measured(self, record: dict, controller, **measured_ms: float) -> None:
-        """Its measured times, and the cost model after recording them."""
+    def measured(self, record: dict, controller, context: int = 0, **measured_ms: float) -> None:
+        """Its measured times, and the cost model after recording them; ``context``: the batch's context tokens."""
         cost, batch = controller.cost, record["batch"]
         record.update({
             "time": round(time.time(), 4),  # when its times were read (wall clock, seconds)
+            "context": int(context),
             **{name: round(ms, 3) for name, ms in measured_ms.items()},
             "verify_coef": _rounded(cost.coefs(VERIFY, batch)),
             "draft_coef": _rounded(cost.coefs(DRAFT, batch)),

@@ -7,11 +7,18 @@ coefficients, once over every sample and once per batch-size bucket (powers of t
 buckets weigh more; a step is priced by its own bucket's fit (costs are not linear in the batch size over the
 whole range: on CPU an attention pass costs more per request at 32 requests than at 4):
 
-    verify_ms(B, tokens, ctx)       = v0 + v_req * B + v_tok * tokens + v_ctx * ctx
+    verify_ms(B, tokens, ctx)       = v0 + v_req * B + v_tok * tokens + v_att * tokens * ctx / B
                                       (one TARGET_VERIFY pass over `tokens` rows of B requests whose contexts
                                       hold `ctx` tokens in all; a step verified in frontiers pays v0 per pass)
     draft_ms(B, steps, rows, n)     = d0 + (d_ext + d_req * n * (steps + 1)) [steps > 0] + d_step * steps
                                       + d_row * rows
+
+Attention is the term that grows with context, and each verified row attends over its request's whole context:
+``tokens * ctx / B`` (rows times the mean context) is the keys a pass reads, so a verify pass of four rows a
+request pays four times a plain decode's attention over the same context. Priced by ``ctx`` alone, steps that
+verified deep windows over long contexts put their attention on the context term, and a parked step (one row a
+request) paid it in full: at 17-32 requests on CPU (mixed prompts, bursty 64 req/s) parked steps were priced at
+40 ms where they took 26, and 32 requests drafted 4-6 deep at 0.75-0.8 tokens/ms against parking's 0.9-1.0.
 
 The draft side is the rest of the step: d0 the scheduler's and our host work of every step, d_ext + d_req * n *
 (steps + 1) the draft-extend that keeps the draft current (a draft pass over the verified windows of the n
@@ -94,7 +101,13 @@ def _weighted_mean(seen: dict, evidence: dict, depths: list[int]) -> float:
 
 
 def _verify_features(batch: int, tokens: int, context: int) -> np.ndarray:
-    return np.array([1.0, batch, tokens, context], dtype=float)
+    return np.array([1.0, batch, tokens, attended_keys(batch, tokens, context)], dtype=float)
+
+
+def attended_keys(batch, tokens, context):
+    """The keys a verify pass of ``tokens`` rows over ``batch`` requests whose contexts hold ``context`` tokens in
+    all reads: each row over its request's context, the mean context standing for each request's."""
+    return np.asarray(tokens, dtype=float) * np.asarray(context, dtype=float) / np.maximum(batch, 1)
 
 
 def _draft_features(batch: int, steps: int, rows: int, drafting: int) -> np.ndarray:
@@ -102,7 +115,7 @@ def _draft_features(batch: int, steps: int, rows: int, drafting: int) -> np.ndar
     return np.array([1.0, drafts, drafting * drafts * (steps + 1), steps, rows], dtype=float)
 
 
-# the terms that grow with the batch (ridge-penalised), by phase: verify [v0, v_req, v_tok, v_ctx], draft [d0,
+# the terms that grow with the batch (ridge-penalised), by phase: verify [v0, v_req, v_tok, v_att], draft [d0,
 # d_ext, d_req, d_step, d_row]
 PER_REQUEST = {VERIFY: np.array([False, True, True, True]), DRAFT: np.array([False, False, True, False, True])}
 
@@ -276,9 +289,9 @@ class StepCostModel:
 
     # -- queries (vectorised over candidate plans) ------------------------------------------------------
     def verify_ms(self, batch, tokens, context=0) -> np.ndarray:
-        v0, v_req, v_tok, v_ctx = np.moveaxis(self.coefs(VERIFY, batch), -1, 0)
+        v0, v_req, v_tok, v_att = np.moveaxis(self.coefs(VERIFY, batch), -1, 0)
         return (v0 + v_req * np.asarray(batch, dtype=float) + v_tok * np.asarray(tokens, dtype=float)
-                + v_ctx * np.asarray(context, dtype=float))
+                + v_att * attended_keys(batch, tokens, context))
 
     def draft_ms(self, batch, steps, rows=None, drafting=None) -> np.ndarray:
         """Drafting ``steps`` positions (``rows`` request-forwards in all; default: every request at every step)

@@ -57,16 +57,17 @@ class _StepShape:
     only with the fit and the batch size, so the policy keeps them between steps."""
 
     fixed: np.ndarray  # [D]: what every step of depth D pays (passes, scheduler host work, draft-extend's fixed part)
-    v_ctx: float  # per context token
-    per_req: np.ndarray  # [D, K + 1]: a request at length k under cap D (rows, draft rows, its draft-extend rows)
-    inv_step: float  # 1 / the marginal cost of a draft past the first
+    v_att: float  # per key a verified row reads (cost_model.attended_keys): the batch's context prices each row
+    per_req: np.ndarray  # [D, K + 1]: a request at length k under cap D (rows, draft rows, its draft-extend rows),
+    # its rows' attention over the context apart
+    step: float  # the marginal cost of a draft past the first, its row's attention apart
     rows: np.ndarray  # [D, 1]: each cap's offset into ``per_req`` flattened
     reachable: np.ndarray  # [D - 1, K + 1]: length k <= D (a plan of cap D may hold it)
     falls_at_par: bool = False  # ``falls_with_depth`` where the measured correction is the same at every depth
 
     @classmethod
     def of(cls, verify: np.ndarray, draft: np.ndarray, cost: StepCostModel, batch: int, width: int) -> "_StepShape":
-        v0, v_req, v_tok, v_ctx = verify
+        v0, v_req, v_tok, v_att = verify
         d0, d_ext, d_req, d_step, d_row = draft
         ks = np.arange(width + 1)
         per_k = v_tok * ks + (d_row * np.maximum(ks - 1, 0) if cost.draft_cut else 0.0)
@@ -74,7 +75,7 @@ class _StepShape:
         fixed = (v0 * cost.verify_passes(ks) + (v_req + v_tok) * batch + d0 + d_step * ks + d_ext * (ks > 0)
                  + (0.0 if cost.draft_cut else d_row * batch * np.maximum(ks - 1, 0)))
         step = v_tok + (d_row if cost.draft_cut else 0.0)
-        shape = cls(fixed, float(v_ctx), per_k[None, :] + joins, 1.0 / max(step, 1e-12), ks[:, None] * (width + 1),
+        shape = cls(fixed, float(v_att), per_k[None, :] + joins, float(step), ks[:, None] * (width + 1),
                     ks[None, :] <= ks[:-1, None])
         return replace(shape, falls_at_par=shape.falls_with_depth(shape.fixed, shape.per_req))
 
@@ -194,10 +195,13 @@ class GoodputPolicy(LengthPolicy):
         # measured / modelled step time by depth (``StepCostModel.depth_factor``): a cap D's costs, fixed and per
         # request, all scale by factor[D], so its thresholds compare worth with ratio x factor[D]
         factor = cost.depth_factor(batch, width)
-        fixed = (shape.fixed + shape.v_ctx * context) * factor  # [D]: what a step at depth D costs whoever drafts
+        # each verified row reads its request's context (``attended_keys``): the batch's roots read it all, a row
+        # past the root the mean context
+        row_keys = shape.v_att * context / batch
+        fixed = (shape.fixed + shape.v_att * context) * factor  # [D]: what a step at depth D costs whoever drafts
         # a request's cost at length k under cap D, [D, K + 1]: rows past the root, draft rows, and its D + 1 rows
         # in the draft-extend once it drafts at all
-        per_req = shape.per_req * factor[:, None]
+        per_req = (shape.per_req + row_keys * ks[None, :] if row_keys else shape.per_req) * factor[:, None]
         # a plan below its cap runs (and is scored) at its own depth; the cap's price is never below that while
         # neither the fixed part nor any length's part gets cheaper with depth (a measured factor that falls with
         # depth can make them), otherwise each cap's plan is held at exactly its depth
@@ -208,7 +212,7 @@ class GoodputPolicy(LengthPolicy):
         if exact_depth:  # what length D costs under cap D, [D, B]
             cap_ms = per_req[::width + 2][:, None] + resume[None, :] * (ks > 0)[:, None]
         # worth of positions 2..K (marginal value per marginal cost), [K - 1, 1, B]
-        worth = ((gain[2:] - gain[1:-1]) * shape.inv_step)[:, None, :]
+        worth = ((gain[2:] - gain[1:-1]) / max(shape.step + row_keys, 1e-12))[:, None, :]
         low = min_lens[None, :]
         high = np.minimum(caps[None, :], ks[:, None])  # [D, B]
         floor = int(min_lens.max())

@@ -9,16 +9,39 @@ from sglang_faser.spec.cost_model import DRAFT, VERIFY, StepCostModel
 
 
 def test_profile_fit_recovers_a_linear_verify_cost():
+    """Each verified row attends over its request's context: a pass of two rows a request reads twice the keys."""
     model = StepCostModel()
     for batch in (1, 4, 16):
         for tokens in (batch, 2 * batch, 4 * batch):
             for prefix in (32, 256):
-                context = batch * prefix
-                model.add_profile_sample(VERIFY, batch, tokens, 3.0 + 0.1 * batch + 0.5 * tokens + 0.01 * context,
-                                         context=context)
+                ms = 3.0 + 0.1 * batch + 0.5 * tokens + 0.01 * tokens * prefix
+                model.add_profile_sample(VERIFY, batch, tokens, ms, context=batch * prefix)
     model.refit()
     assert model.verify_coef == pytest.approx([3.0, 0.1, 0.5, 0.01], rel=1e-2)  # the ridge's bias is tiny
-    assert model.verify_ms(8, 16, context=8 * 200) == pytest.approx(3.0 + 0.8 + 8.0 + 16.0, rel=1e-2)
+    assert model.verify_ms(8, 16, context=8 * 200) == pytest.approx(3.0 + 0.8 + 8.0 + 0.01 * 16 * 200, rel=1e-2)
+
+
+def test_a_parked_step_of_many_long_requests_is_priced_by_its_one_row_each():
+    """Attention is rows times context: steps that verified four rows a request over long contexts do not make a
+    parked step (one row each) over the same contexts dear. Priced by the batch's context alone, deep steps at 32
+    requests and long contexts put their attention on the context term, and a parked step of 32 requests was
+    priced at half as much again as it cost (CPU, bursty mixed prompts)."""
+    def verify_ms(batch, rows, context):  # CPU attention: every row reads its request's context
+        return 4.0 + 0.05 * batch + 0.1 * rows + 0.0015 * rows * context / batch
+
+    model = StepCostModel()
+    for batch in (1, 2, 4, 8, 16, 32):
+        for width in (1, 2, 4, 8):
+            for prefix in (32, 256):
+                model.add_profile_sample(VERIFY, batch, batch * width, verify_ms(batch, batch * width, batch * prefix),
+                                         context=batch * prefix)
+    model.refit()
+    rng = np.random.default_rng(0)
+    for _ in range(128):  # a burst drafting 3-4 deep over contexts of 200-350 tokens a request
+        rows, context = 32 * int(rng.integers(4, 6)), int(rng.integers(32 * 200, 32 * 350))
+        model.record(VERIFY, 32, rows, verify_ms(32, rows, context) * rng.lognormal(0.0, 0.05), context=context)
+        model.record(DRAFT, 32, 3, 10.0)
+    assert model.verify_ms(32, 32, context=32 * 300) == pytest.approx(verify_ms(32, 32, 32 * 300), rel=0.1)
 
 
 def test_draft_cost_grows_with_steps_and_coefficients_stay_nonnegative():
