@@ -85,6 +85,32 @@ class _StepShape:
         return bool((np.diff(fixed) < 0).any() or ((np.diff(per_req, axis=0) < 0) & self.reachable).any())
 
 
+@dataclass(frozen=True)
+class _Bounds:
+    """What the requests' bounds give every cap D = 0..K: they change only when a request joins, leaves or gets
+    new limits, so the policy keeps them between steps."""
+
+    high: np.ndarray  # [D, B]: each request's longest length under cap D
+    floor: int  # the highest floor
+    feasible: np.ndarray  # [D]: D within every request's floor and some request's cap
+    first: np.ndarray  # [1, B]: each request's shortest drafting length
+    may_rest: np.ndarray | None  # [D, B]: length 0 allowed (None: everywhere, no request has a floor)
+    same: np.ndarray  # [D, B]: every single length, within each request's bounds
+
+    @classmethod
+    def of(cls, caps: np.ndarray, min_lens: np.ndarray, width: int) -> "_Bounds":
+        ks = np.arange(width + 1)
+        low = min_lens[None, :]
+        high = np.minimum(caps[None, :], ks[:, None])
+        floor = int(min_lens.max())
+        bounds = cls(high, floor, (ks >= floor) & (ks <= caps.max()), np.maximum(low, 1),
+                     None if floor == 0 else (low == 0) | (high == 0), np.clip(ks[:, None], low, caps[None, :]))
+        for array in (bounds.high, bounds.feasible, bounds.first, bounds.may_rest, bounds.same):
+            if array is not None:  # shared by the steps that reuse them
+                array.flags.writeable = False
+        return bounds
+
+
 class LengthPolicy(ABC):
     name: str
 
@@ -154,6 +180,8 @@ class GoodputPolicy(LengthPolicy):
         self.draft_margin = draft_margin  # how much more goodput drafting must expect than no drafts at all
         self._shape_key: tuple | None = None  # what the cached step prices were made from
         self._shape_cache: _StepShape | None = None
+        self._bounds_key: tuple | None = None  # the caps and floors the cached bounds were made from
+        self._bounds_cache: _Bounds | None = None
 
     def plan(self, accept_probs, caps, min_lens, cost, uniform=False, weights=None, context=0,
              resume_ms=None, sure_probs=None) -> StepPlan:
@@ -213,14 +241,11 @@ class GoodputPolicy(LengthPolicy):
             cap_ms = per_req[::width + 2][:, None] + resume[None, :] * (ks > 0)[:, None]
         # worth of positions 2..K (marginal value per marginal cost), [K - 1, 1, B]
         worth = ((gain[2:] - gain[1:-1]) / max(shape.step + row_keys, 1e-12))[:, None, :]
-        low = min_lens[None, :]
-        high = np.minimum(caps[None, :], ks[:, None])  # [D, B]
-        floor = int(min_lens.max())
-        # D below some request's floor, or beyond every request's cap, is not a candidate (min_lens <= caps)
-        feasible = (ks >= floor) & (ks <= caps.max())
-        first = np.maximum(low, 1)
-        # k = 0 allowed: no floor, or the cap allows no draft (the common case, no floors, skips these ops)
-        may_rest = None if floor == 0 else (low == 0) | (high == 0)
+        bounds = self._bounds(caps, min_lens, width)
+        # D below some request's floor, or beyond every request's cap, is not a candidate (min_lens <= caps); k = 0
+        # is allowed where there is no floor or the cap allows no draft (no floors, the common case, skips these ops)
+        high, floor, feasible, first, may_rest = (bounds.high, bounds.floor, bounds.feasible, bounds.first,
+                                                  bounds.may_rest)
         resuming = bool(resume.any())  # what the first draft costs beyond its rows: its draft's catch-up
         cols = np.arange(batch)[None, :]
         rows = shape.rows  # [D, 1]: each cap's offset into per_req
@@ -293,7 +318,7 @@ class GoodputPolicy(LengthPolicy):
         if self.uniform_margin > 0 and (plan != plan[0]).any():
             # one length for all unless per-request lengths expect clearly more: a mixed plan pays what the model
             # does not price (sub-batch draft-extends, catch-ups later, a layout that changes every step)
-            same = np.clip(ks[:, None], low, caps[None, :])  # every single length, within each request's bounds
+            same = bounds.same
             same_tokens = flat.take(same * batch + cols).sum(axis=1)
             same_ms = ms_of(same, same.max(axis=1))
             ratio = same_tokens / np.maximum(same_ms, 1e-9)
@@ -330,6 +355,13 @@ class GoodputPolicy(LengthPolicy):
         if self._shape_key != key:
             self._shape_key, self._shape_cache = key, _StepShape.of(verify, draft, cost, batch, width)
         return self._shape_cache
+
+    def _bounds(self, caps: np.ndarray, min_lens: np.ndarray, width: int) -> _Bounds:
+        """The bounds' arrays by cap (most steps reuse the last: the same requests, the same limits)."""
+        key = (width, caps.tobytes(), min_lens.tobytes())
+        if self._bounds_key != key:
+            self._bounds_key, self._bounds_cache = key, _Bounds.of(caps, min_lens, width)
+        return self._bounds_cache
 
     def _uniform(self, gain, caps, min_lens, cost, batch: int, width: int, context: int,
                  resume: np.ndarray, sure=None) -> StepPlan:

@@ -89,6 +89,17 @@ def test_per_request_caps_and_minimums_are_respected():
     assert hopeless.lengths.tolist() == [2, 0]
 
 
+def test_a_policy_kept_between_steps_follows_new_bounds():
+    """The bounds' arrays are kept between steps (most steps have the same requests and limits): a step with new
+    caps or floors plans as a fresh policy does."""
+    accept, cost = np.full((3, K), 0.95), linear_cost(per_token=0.01)
+    kept = GoodputPolicy()
+    for caps, floors in (([K, K, K], [0, 0, 0]), ([2, 0, K], [1, 0, 3]), ([K, K, K], [0, 0, 0]), ([1, 1, 1], [1, 1, 1])):
+        caps, floors = np.array(caps), np.array(floors)
+        assert (kept.plan(accept, caps, floors, cost).lengths.tolist()
+                == GoodputPolicy().plan(accept, caps, floors, cost).lengths.tolist())
+
+
 def test_plan_reports_model_expectations():
     accept = np.full((2, K), 0.5)
     cost = linear_cost(per_token=1.0)
