@@ -8,6 +8,19 @@ import pytest
 from sglang_faser.spec.cost_model import DRAFT, VERIFY, StepCostModel
 
 
+def _profiled(verify_ms, widths) -> StepCostModel:
+    """A model fitted on a start-up profile of ``verify_ms(batch, rows, context)``: 1-32 requests, ``widths`` rows
+    a request, contexts of 32 and 256 tokens a request."""
+    model = StepCostModel()
+    for batch in (1, 2, 4, 8, 16, 32):
+        for width in widths:
+            for prefix in (32, 256):
+                model.add_profile_sample(VERIFY, batch, batch * width, verify_ms(batch, batch * width, batch * prefix),
+                                         context=batch * prefix)
+    model.refit()
+    return model
+
+
 def test_profile_fit_recovers_a_linear_verify_cost():
     """Each verified row attends over its request's context: a pass of two rows a request reads twice the keys."""
     model = StepCostModel()
@@ -29,13 +42,7 @@ def test_a_parked_step_of_many_long_requests_is_priced_by_its_one_row_each():
     def verify_ms(batch, rows, context):  # CPU attention: every row reads its request's context
         return 4.0 + 0.05 * batch + 0.1 * rows + 0.0015 * rows * context / batch
 
-    model = StepCostModel()
-    for batch in (1, 2, 4, 8, 16, 32):
-        for width in (1, 2, 4, 8):
-            for prefix in (32, 256):
-                model.add_profile_sample(VERIFY, batch, batch * width, verify_ms(batch, batch * width, batch * prefix),
-                                         context=batch * prefix)
-    model.refit()
+    model = _profiled(verify_ms, widths=(1, 2, 4, 8))
     rng = np.random.default_rng(0)
     for _ in range(128):  # a burst drafting 3-4 deep over contexts of 200-350 tokens a request
         rows, context = 32 * int(rng.integers(4, 6)), int(rng.integers(32 * 200, 32 * 350))
@@ -317,13 +324,7 @@ def test_a_window_of_one_batch_size_at_two_depths_keeps_the_profiles_split_of_fi
     def verify_ms(batch, rows, context):
         return 11.0 + 0.05 * batch + 0.04 * rows + 0.001 * context
 
-    model = StepCostModel()
-    for batch in (1, 2, 4, 8, 16, 32):
-        for width in (1, 2, 4, 6):
-            for prefix in (32, 256):
-                model.add_profile_sample(VERIFY, batch, batch * width, verify_ms(batch, batch * width, batch * prefix),
-                                         context=batch * prefix)
-    model.refit()
+    model = _profiled(verify_ms, widths=(1, 2, 4, 6))
     for step in range(256):
         deep = step >= 128
         rows, context = 16 * (6 if deep else 5), int(rng.integers(16 * 40, 16 * 120))
