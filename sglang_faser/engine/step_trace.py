@@ -2,7 +2,8 @@
 
 ``SGLANG_FASER_STEP_TRACE=/path/steps.jsonl`` (set for the server process) makes every FASER decode step append one
 JSON line: when its times were read, the batch size, its requests' ids and context tokens, each request's length
-and the depth run, what the policy expected (tokens and milliseconds, after the measured residual), the measured
+and the depth run, what the policy expected (tokens and milliseconds, after the measured residual) and the posterior
+means of each request's acceptance by position it decided on (``held``: the last deciding step's), the measured
 phases (verify, the rest of the step with the scheduler's host time, catch-up), the drafts each request had
 accepted, and the cost model's coefficients and depth factors for that batch. A line is written once its step's
 acceptance (SGLang reports it after the step, ``observe``) and its measured times (on a GPU read a step or two
@@ -51,7 +52,10 @@ class StepTrace:
             "warmup": bool(decision.warmup),
             "expected_tokens": round(decision.expected_tokens, 3),
             "expected_ms": round(decision.expected_ms, 3),
+            "held": bool(decision.held),  # a decision reused without deciding again (its means are the deciding step's)
         }
+        if decision.means is not None:  # what the policy believed of each request's acceptance by position
+            record["means"] = np.round(decision.means, 3).tolist()
         self._waiting.append(record)
         return record
 

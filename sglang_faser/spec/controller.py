@@ -92,6 +92,7 @@ class StepDecision:
     # hold's last held step is, every other decided step is
     sampled: bool = True
     warmup: bool = False  # a step of the start-up warm-up: no statistic observes it; sampled, its costs are prior
+    means: np.ndarray | None = None  # [B, K] the posterior means it decided on (where ``explain``: the step trace)
 
 
 @dataclass
@@ -261,7 +262,8 @@ class LengthController:
         depth = self.window if padded else int(lengths.max(initial=0))
         parked = not lengths.any()
         self._enqueue(rids, lengths, parked)
-        decision = StepDecision(lengths, depth, calibration, plan.expected_tokens, plan.expected_ms)
+        decision = StepDecision(lengths, depth, calibration, plan.expected_tokens, plan.expected_ms,
+                                means=means if self.explain else None)
         bounded = self.config.mode is not Mode.ADAPTIVE or ((lengths == 0) | (lengths == limit)).all()
         adaptive = self.config.mode is Mode.ADAPTIVE
         long_steps = batch >= HOLD_STEP_BATCH and self._step_ms > HOLD_STEP_MS

@@ -23,6 +23,9 @@ def test_lines_wait_for_times_and_acceptance_and_keep_step_order(tmp_path):
     trace.measured(first, controller, step_ms=1.0)
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert [(s["batch"], s["step_ms"], s["accepted"]) for s in lines] == [(1, 1.0, [2]), (2, 2.0, [1, 0])]
+    means = lines[1]["means"]  # what the policy believed of each request, by position (the window's 3)
+    assert len(means) == 2 and all(len(row) == 3 and all(0.0 <= p <= 1.0 for p in row) for row in means)
+    assert lines[1]["held"] is False
     third = trace.decided(controller.decide(["a"]))
     trace.measured(third, controller, step_ms=3.0)  # on CPU: times at once, acceptance after
     assert len(path.read_text().splitlines()) == 2
