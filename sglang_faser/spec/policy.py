@@ -4,7 +4,8 @@
 i at length k is expected to commit T_i(k) = 1 + sum_{t<=k} m_i[t] tokens, m_i[t] = prod_{j<=t} a_i[j] its
 survival, and the step costs ``cost.step_ms`` of its shape. For a depth cap D (the step's draft depth, one
 runtime tier) that cost is A(B, D) + sum_i c(k_i): a fixed part and a per-request part, rows verified
-(v_tok per row) and draft rows (d_row per forward past the first, where drafting is cut per request). The policy
+(v_tok per row, plus the row's attention over the batch's mean context) and draft rows (d_row per forward past the
+first, where drafting is cut per request). The policy
 maximises the **weighted goodput** sum_i w_i T_i(k_i) / (A + sum_i c(k_i)) exactly, for every D at once, by
 Dinkelbach's method: with lambda the current ratio, each request independently takes the k maximising
 w_i T_i(k) - lambda c(k) within its bounds; the new ratio is that plan's, and the iteration stops when it no
