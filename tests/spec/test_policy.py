@@ -100,6 +100,30 @@ def test_a_policy_kept_between_steps_follows_new_bounds():
                 == GoodputPolicy().plan(accept, caps, floors, cost).lengths.tolist())
 
 
+def test_a_policy_kept_between_steps_plans_as_a_fresh_one():
+    """A kept policy starts each step from the last step's ratios and drops the depth caps whose bound shows they
+    cannot win: over steps whose estimates drift, whose bounds, context and weights change and whose measured
+    residuals by depth move (which switches the policy between its two pricing paths), it finds the goodput a
+    fresh policy finds."""
+    rng = np.random.default_rng(7)
+    kept, width = GoodputPolicy(), 4
+    cost = StepCostModel(verify_coef=[2.0, 0.3, 0.5, 0.001], draft_coef=[0.4, 0.2, 0.1, 0.6, 0.05], draft_cut=True)
+    for step in range(400):
+        if step % 7 == 0:  # requests join or leave, or get new limits
+            batch = int(rng.integers(1, 6))
+            caps = rng.integers(0, width + 1, batch)
+            mins = np.minimum(rng.integers(0, 3, batch), caps) * rng.integers(0, 2)
+            accept = rng.uniform(0.0, 1.0, (batch, width))
+        if step % 5 == 0:
+            cost.record_step(batch, int(rng.integers(0, width + 1)), 10.0, 10.0 * rng.uniform(0.3, 3.0))
+        accept = np.clip(accept + rng.normal(0.0, 0.1, accept.shape), 0.0, 1.0)
+        weights, context = rng.choice([1.0, 4.0], batch), int(rng.integers(0, 500))
+        plans = [policy.plan(accept, caps, mins, cost, weights=weights, context=context)
+                 for policy in (kept, GoodputPolicy())]
+        assert np.all(plans[0].lengths >= mins) and np.all(plans[0].lengths <= caps)
+        assert plans[0].goodput == pytest.approx(plans[1].goodput, rel=1e-9), step
+
+
 def test_plan_reports_model_expectations():
     accept = np.full((2, K), 0.5)
     cost = linear_cost(per_token=1.0)
@@ -243,6 +267,7 @@ def test_the_plan_is_the_exact_optimum_of_its_model(data):
     weighted = float((weights * (1.0 + np.where(np.arange(width)[None, :] < plan.lengths[:, None],
                                                 np.cumprod(accept, axis=1), 0.0).sum(axis=1))).sum())
     assert weighted / ms >= best * (1 - 1e-9), (plan.lengths, weighted / ms, best)
+    assert (plan.expected_tokens, plan.expected_ms) == pytest.approx((weighted, ms), rel=1e-9)  # priced as it runs
 
 
 @settings(max_examples=100, deadline=None)
