@@ -396,7 +396,7 @@ class GoodputPolicy(LengthPolicy):
         bound = np.maximum(slack, 0.0)
         bound /= floor_ms
         bound += at
-        return np.flatnonzero(rose & (bound >= ratio.take(feasible_caps).max(initial=0.0) * (1 - 1e-9)))
+        return (rose & (bound >= ratio.take(feasible_caps).max(initial=0.0) * (1 - 1e-9))).nonzero()[0]
 
     def _or_rest(self, chosen: StepPlan, rest: StepPlan | None, sure=None) -> StepPlan:
         """``chosen``, unless it drafts and expects less than ``draft_margin`` more goodput than ``rest`` (every
