@@ -173,10 +173,11 @@ class AcceptanceTracker:
 
     def posterior(self, rids: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(mean, standard deviation) [B, max_len] of each request's conditional acceptance by position."""
-        return self._posterior(self.rows_for(rids))  # may grow the table: index it afterwards
+        return self._posterior(self._counts[:, self.rows_for(rids)])  # may grow the table: index it afterwards
 
-    def _posterior(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        succ, fail, seen = self._counts[:, rows]
+    def _posterior(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, sd) of the rows whose counts [3, B, max_len] these are."""
+        succ, fail, seen = counts
         # the prior at each position: the request's own rate over all its positions, shrunk towards the server's
         # rate there (a request that passes every draft it tries likely passes deeper ones too)
         own_s, own_f = succ.sum(axis=1, keepdims=True), fail.sum(axis=1, keepdims=True)
@@ -197,17 +198,19 @@ class AcceptanceTracker:
         steps that grows with how dear a probe is. A request never tried is estimated at what finished requests
         that tried each position were, and hopes by their spread (``untried_by_position``), not its posterior's."""
         rows = self.rows_for(rids)
-        mean, sd = self._posterior(rows)
-        seldom = self._counts[0, rows] + self._counts[1, rows] < 1.0
+        counts = self._counts[:, rows]
+        mean, sd = self._posterior(counts)
+        seldom = counts[0] + counts[1] < 1.0
         # the first such position: probe one deeper at a time; a request never tried at all is uncertain all
         # along its chain, and one draft seldom pays alone; it may be what finished requests were (their spread)
-        untried = self._never_drafted(rows)[:, None]
-        probe = seldom & ((np.cumsum(seldom, axis=1) == 1) | untried | self._short[rows, None])
+        untried = counts[2, :, :1] == 0
+        first = self._positions == seldom.argmax(axis=1)[:, None]  # (NumPy's cumsum along 8 positions: ~12 us)
+        probe = seldom & (first | untried | self._short[rows, None])
         if untried.any():  # most steps of a long-running batch have none
             centre, spread = self.untried_by_position()
             mean, sd = np.where(untried, centre[None, :], mean), np.where(untried, spread[None, :], sd)
         bonus = self.explore * sd * np.sqrt(1.0 + np.log1p(self._idle[rows]))
-        return mean, np.clip(mean + np.where(probe, bonus, 0.0), 0.0, 1.0)
+        return mean, np.minimum(mean + bonus * probe, 1.0)
 
     def probe_limits(self, rids: list[str]) -> np.ndarray:
         """[B] the longest length worth running for information: a request whose last probes failed at its first
@@ -241,16 +244,17 @@ class AcceptanceTracker:
             return
         rows = self.rows_for(rids)
         accepted = np.minimum(np.asarray(accepted, dtype=np.int64), proposed)
-        t = self._positions[None, :]
-        observed = (t <= accepted[:, None]) & (t < proposed[:, None])  # accepted run plus the first rejection
-        success = (observed & (t < accepted[:, None])).astype(np.float64)
-        failure = observed.astype(np.float64) - success
+        t, accepted_to = self._positions[None, :], accepted[:, None]
+        success = t < accepted_to  # the accepted run, then the first rejection where one came
+        failure = (t == accepted_to) & (accepted < proposed)[:, None]
+        observed = success | failure
         drafted = proposed > 0
         backoff = self._backoff[rows]
         keep = 1.0 - np.where(drafted, self.request_rate, self.request_rate / 2.0 ** backoff)
         counts = self._counts[:, rows]
         counts[:2] *= keep[None, :, None]
-        self._counts[:, rows] = counts + np.stack([success, failure, observed])
+        counts += np.stack([success, failure, observed])
+        self._counts[:, rows] = counts
         self._backoff[rows] = np.where(drafted, np.where(accepted > 0, 0, np.minimum(backoff + 1, MAX_BACKOFF)),
                                        backoff)
         self._idle[rows] = np.where(observed, 0.0, self._idle[rows] + 1.0)
