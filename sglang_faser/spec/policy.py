@@ -194,6 +194,7 @@ class GoodputPolicy(LengthPolicy):
         # is allowed where there is no floor or the cap allows no draft (no floors, the common case, skips these ops)
         high, floor, feasible, first, may_rest = (bounds.high, bounds.floor, bounds.feasible, bounds.first,
                                                   bounds.may_rest)
+        feasible_caps = bounds.feasible_caps
         cols = bounds.cols
         rows = shape.rows  # [D, 1]: each cap's offset into per_req
         rise_by_cap = gain - gain[:1]  # [D, B]: T(k) - T(0), length k = cap D
@@ -206,14 +207,14 @@ class GoodputPolicy(LengthPolicy):
             ms = fixed.take(depth) + np.add.reduce(per_req.take(plan + depth[:, None] * (width + 1)), axis=1)
             return ms + ((plan > 0) * resume).sum(axis=1) if resuming else ms
 
-        def best_at(ratio, caps=None):
-            """Each request's best length at this ratio (ties: shorter) under the caps ``caps`` (all: None), and
-            the plans' (ratio, tokens, ms)."""
-            if caps is None:
+        def best_at(ratio, depths=None):
+            """Each request's best length at this ratio (ties: shorter) under the depth caps ``depths`` (all:
+            None), and the plans' (ratio, tokens, ms)."""
+            if depths is None:
                 cap_scale, cap_high, cap_rows, cap_fixed, rest_ok = scale, high, rows, fixed, may_rest
             else:
-                cap_scale, cap_high, cap_rows, cap_fixed = scale[caps], high[caps], rows[caps], fixed[caps]
-                rest_ok = None if may_rest is None else may_rest[caps]
+                cap_scale, cap_high, cap_rows, cap_fixed = scale[depths], high[depths], rows[depths], fixed[depths]
+                rest_ok = None if may_rest is None else may_rest[depths]
             # best k >= 1: one plus the positions past the first that pay
             longest = np.add.reduce(worth > (ratio * cap_scale)[None, :, None], axis=0, dtype=np.int16, initial=1)
             drafting = np.minimum(np.maximum(longest, first) if floor > 1 else longest, cap_high)
@@ -229,7 +230,7 @@ class GoodputPolicy(LengthPolicy):
             plan = drafting * draws
             if exact_depth:
                 gained, paid = worth_more * draws, drafting_ms * draws  # [D, B]: each request's part of the plan
-                raise_to_cap(plan, gained, paid, ratio, ks if caps is None else caps)
+                raise_to_cap(plan, gained, paid, ratio, ks if depths is None else depths)
                 tokens, ms = np.add.reduce(gained, axis=1), np.add.reduce(paid, axis=1)
             else:  # (a float mask: NumPy's products with a bool array cast it each time)
                 draws = draws.astype(np.float64)
@@ -238,17 +239,17 @@ class GoodputPolicy(LengthPolicy):
             ms += cap_fixed
             return plan, tokens / np.maximum(ms, 1e-9), tokens, ms
 
-        def raise_to_cap(plan, gained, paid, ratio, caps):
-            """Each cap's plan with one request raised to the cap where none reaches it: the request that loses
-            least of w T(k) - ratio x cost(k) by it (the exact optimum over plans of exactly that depth); in
-            place, ``gained`` and ``paid`` with it."""
-            short = (plan.max(axis=1) < caps) & feasible[caps]
+        def raise_to_cap(plan, gained, paid, ratio, depths):
+            """Each cap's plan (caps ``depths``) with one request raised to the cap where none reaches it: the
+            request that loses least of w T(k) - ratio x cost(k) by it (the exact optimum over plans of exactly
+            that depth); in place, ``gained`` and ``paid`` with it."""
+            short = (plan.max(axis=1) < depths) & feasible[depths]
             if not short.any():
                 return
-            at_cap = reach_cap[caps] - ratio[:, None] * cap_ms[caps]
+            at_cap = reach_cap[depths] - ratio[:, None] * cap_ms[depths]
             who = np.argmax(at_cap - (gained - ratio[:, None] * paid), axis=1)  # the least loss
             raised = np.flatnonzero(short)
-            who, cap = who[raised], caps[raised]
+            who, cap = who[raised], depths[raised]
             plan[raised, who] = cap
             gained[raised, who] = rise_by_cap[cap, who]
             paid[raised, who] = cap_ms[cap, who]
@@ -263,7 +264,7 @@ class GoodputPolicy(LengthPolicy):
         # bound is below the best ratio found is done too (its best cannot win): later passes run fewer caps
         floor_ms = np.maximum(fixed if shape.free_rest else
                               fixed + per_req.reshape(width + 1, width + 1).min(axis=1, initial=0.0) * batch, 1e-9)
-        pending = self._pending(True, warm, tokens - warm * ms, floor_ms, ratio, bounds.feasible_caps)
+        pending = self._pending(True, warm, tokens - warm * ms, floor_ms, ratio, feasible_caps)
         for _ in range(self.max_iterations):
             if not len(pending):
                 break
@@ -275,12 +276,11 @@ class GoodputPolicy(LengthPolicy):
             rising = pending[rose]
             choice[rising], ratio[rising] = best[rose], new[rose]
             tokens[rising], ms[rising] = new_tokens[rose], new_ms[rose]
-            pending = pending[self._pending(rose, at, new_tokens - at * new_ms, floor_ms[pending], ratio,
-                                            bounds.feasible_caps)]
+            slack = new_tokens - at * new_ms
+            pending = pending[self._pending(rose, at, slack, floor_ms[pending], ratio, feasible_caps)]
         self._warm = ratio
         # the best cap's plan is the optimum, and its cap's price is its own: a plan below its cap is priced by the
         # cap no lower than by its own depth's cap, which scores it at least as well and comes first in argmax
-        feasible_caps = bounds.feasible_caps
         best = int(feasible_caps[np.argmax(ratio.take(feasible_caps))])
         plan = choice[best]
         chosen = StepPlan(plan.astype(np.int64), float(tokens[best]), float(ms[best]))
