@@ -441,7 +441,7 @@ class LengthController:
         shape at: the cost model's per-depth residual (not during the start-up sweep, which is the fit's prior)."""
         if (self.counters.steps if step is None else step) > self.calibration_steps:
             modelled = self.cost.modelled_step_ms(batch, verify_rows, depth, draft_rows, drafting, context)
-            self.cost.record_step(batch, depth, modelled, ms)
+            self.cost.record_step(batch, depth, modelled, ms, shape=(verify_rows, draft_rows, drafting, context))
         self._step_ms = ms
 
     def record_catch_up(self, rows: int, ms: float) -> None:

@@ -50,7 +50,8 @@ The linear fit is refitted every ``refit_every`` steps (a refit is a few NNLS so
 fifth of FASER's host time in a batch-1 step) and cannot follow what it cannot express (a draft phase whose cost
 is not linear in depth, a machine loaded by other work since the start-up profile). Every step's
 measured time is therefore also compared with the fit's price for its shape: ``residual`` keeps, per batch-size
-bucket and depth, a running mean of log(measured / modelled), and ``step_ms`` multiplies the fit's price by it.
+bucket and depth, a running mean of log(measured / modelled), and ``step_ms`` multiplies the fit's price by it
+(a refit moves each mean by how it reprices the shape last measured there: a residual is relative to its fit).
 It moves within a few steps (a burst of a new batch size is priced from its first steps, not 32 steps later);
 a parked step (depth 0, the target's plain decode) not run in a bucket takes the parked factor of the nearest
 buckets that ran one, never the bucket's drafting steps'; a drafting depth not yet run in a bucket takes its
@@ -249,6 +250,8 @@ class StepCostModel:
         self._catch_ups: deque = deque(maxlen=CATCH_UP_WINDOW)  # (rows, ms)
         # batch bucket -> depth -> [mean log(measured / modelled), steps, the step it last ran]
         self._residual: dict[int, dict[int, list]] = {}
+        # (batch bucket, depth) -> (the shape of its last step, the fit's price of it): a refit rebases the residual
+        self._priced_at: dict[tuple[int, int], tuple[tuple, float]] = {}
         self._steps = 0  # steps recorded
         self._factors: dict[tuple[int, int], np.ndarray] = {}  # ``depth_factor`` by (bucket, depth) till a step
 
@@ -418,12 +421,18 @@ class StepCostModel:
         verify = verify_coef @ _verify_features(batch, verify_tokens, context) + verify_coef[0] * (passes - 1)
         return float(verify + self.coefs(DRAFT, batch) @ _draft_features(batch, depth, draft_rows, drafting))
 
-    def record_step(self, batch: int, depth: int, modelled_ms: float, ms: float) -> None:
-        """A step's measured time against the fit's price for its shape (``modelled_step_ms``)."""
+    def record_step(self, batch: int, depth: int, modelled_ms: float, ms: float, shape: tuple | None = None) -> None:
+        """A step's measured time against the fit's price for its shape (``modelled_step_ms``); ``shape``: the
+        rest of that shape (verify tokens, draft rows, drafting requests, context), by which a refit rebases the
+        residual (``_rebase``)."""
         if modelled_ms <= 0 or ms <= 0 or ms > OUTLIER_FACTOR * modelled_ms:  # a stall (first use of a shape)
             return
         self._steps += 1
         self._factors.clear()
+        if shape is not None:
+            verify_tokens, draft_rows, drafting, context = shape
+            self._priced_at[(_bucket_of(batch), depth)] = (
+                (batch, verify_tokens, depth, draft_rows, drafting, context), modelled_ms)
         running = self._residual.setdefault(_bucket_of(batch), {}).setdefault(depth, [0.0, 0, 0])
         running[2] = self._steps
         r = float(np.log(ms / modelled_ms))
@@ -496,6 +505,21 @@ class StepCostModel:
                 self.draft_coef = fitted
             self._kept_samples[phase] = (x, y, bucket, weight)
             self._local[phase] = {}
+        self._rebase()
+
+    def _rebase(self) -> None:
+        """After a refit, each (bucket, depth) residual is moved by how the new fit reprices its last step's shape,
+        so that shape keeps the price its measured steps gave it: a residual is relative to the fit it was measured
+        against. Left as it was, the residual counts twice what the refit learnt from the same steps: at 32 requests
+        on CPU (Poisson 64 req/s) three parked steps ran at 1.5x a fit pricing them at 35 ms; the next refit priced
+        that shape at 55 ms (as measured), the stale 1.5x made it 82, and a burst drafted one deep at 0.43-0.55
+        tokens/ms where parking was priced, rebased, at 0.58."""
+        for (bucket, depth), (shape, modelled) in self._priced_at.items():
+            repriced = self.modelled_step_ms(*shape)
+            if repriced > 0:
+                self._residual[bucket][depth][0] += math.log(modelled / repriced)
+                self._priced_at[(bucket, depth)] = (shape, repriced)
+        self._factors.clear()
 
     @staticmethod
     def _features(phase: str, batch: int, size: int, rows: int | None = None, drafting: int | None = None,

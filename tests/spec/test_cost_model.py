@@ -305,6 +305,26 @@ def test_a_parked_step_is_priced_by_parked_steps_of_nearby_batch_sizes_not_by_it
     assert 1.05 < model.depth_factor(32, 7)[0] < 1.3
 
 
+def test_a_refit_keeps_the_price_measured_steps_gave_their_shape():
+    """A residual is relative to the fit it was measured against. Parked steps of 32 requests run at 1.8x the
+    profile's price (the machine slowed down); their residual prices them right. The refit then learns from the same
+    steps and prices the shape dearer itself: left as it was, the residual would count the slow-down twice (at 32
+    requests on CPU a parked step was priced at 82 ms where such steps had taken 54, and a burst drafted at a loss)."""
+    model = _profiled(lambda batch, rows, context: 5.0 + 0.5 * batch + 0.01 * rows * context / batch, widths=(1, 2, 4))
+    model.draft_coef = np.array([2.0, 0.0, 0.0, 0.0, 0.0])
+    batch, context = 32, 32 * 200
+    shape = (batch, 0, 0, context)  # verify rows, draft rows, drafting requests, context
+    measured = 1.8 * model.modelled_step_ms(batch, batch, 0, 0, 0, context)
+    for _ in range(3 * model.refit_every):
+        model.record(VERIFY, batch, batch, measured - 2.0, context=context)
+        model.record(DRAFT, batch, 0, 2.0, rows=0, drafting=0)  # refits every ``refit_every`` steps
+        modelled = model.modelled_step_ms(batch, batch, 0, 0, 0, context)  # after the phases, as the controller
+        model.record_step(batch, 0, modelled, measured, shape=shape)
+        price = model.step_ms(batch, batch, 0, context=context)
+        assert price == pytest.approx(measured, rel=0.1)
+    assert model.modelled_step_ms(batch, batch, 0, 0, 0, context) > 1.3 * measured / 1.8  # the fit moved
+
+
 def test_a_bucket_long_unused_still_prices_its_depths():
     model = StepCostModel(verify_coef=[10.0, 0.0, 0.0, 0.0], draft_coef=[0.0, 0.0, 0.0, 0.0, 0.0])
     model.record_step(4, 1, 10.0, 20.0)
