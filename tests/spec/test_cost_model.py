@@ -325,6 +325,31 @@ def test_a_refit_keeps_the_price_measured_steps_gave_their_shape():
     assert model.modelled_step_ms(batch, batch, 0, 0, 0, context) > 1.3 * measured / 1.8  # the fit moved
 
 
+def test_drafting_depths_long_unused_are_weighed_by_their_steps_and_age_not_alike():
+    """At 32 requests on CPU a burst parked on a slow machine (parked steps at 1.9x the fit) while its drafting
+    depths had last run over a thousand steps earlier: one depth 38 times as priced, four others once each at 2.2x
+    a thousand steps before it. Counted alike, those four priced drafting at 1.66x and the burst parked throughout
+    where a fixed length of one ran 1.36x faster; weighed by their steps and age, the depth run most and last
+    speaks for drafting."""
+    model = StepCostModel()
+
+    def other_batch_sizes():
+        for _ in range(1200):
+            model.record_step(2, 0, modelled_ms=10.0, ms=10.0)
+
+    for depth in (2, 3, 4, 5):
+        model.record_step(32, depth, modelled_ms=10.0, ms=22.0)
+    other_batch_sizes()
+    for _ in range(38):
+        model.record_step(32, 1, modelled_ms=10.0, ms=11.0)
+    other_batch_sizes()
+    for _ in range(20):
+        model.record_step(32, 0, modelled_ms=10.0, ms=19.0)  # the burst's parked steps, on a slow machine
+    factor = model.depth_factor(32, 5)
+    assert factor[0] > 1.5
+    assert factor[1] == pytest.approx(1.1, rel=0.05)
+
+
 def test_a_bucket_long_unused_still_prices_its_depths():
     model = StepCostModel(verify_coef=[10.0, 0.0, 0.0, 0.0], draft_coef=[0.0, 0.0, 0.0, 0.0, 0.0])
     model.record_step(4, 1, 10.0, 20.0)
