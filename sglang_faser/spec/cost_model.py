@@ -515,7 +515,7 @@ class StepCostModel:
         against. Left as it was, the residual counts twice what the refit learnt from the same steps: at 32 requests
         on CPU (Poisson 64 req/s) three parked steps ran at 1.5x a fit pricing them at 35 ms; the next refit priced
         that shape at 55 ms (as measured), the stale 1.5x made it 82, and a burst drafted one deep at 0.43-0.55
-        tokens/ms where parking was priced, rebased, at 0.58."""
+        tokens/ms where parking, rebased, would have been priced at 0.58."""
         for (bucket, depth), (shape, modelled) in self._priced_at.items():
             repriced = self.modelled_step_ms(*shape)
             if repriced > 0:
