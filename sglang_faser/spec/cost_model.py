@@ -93,14 +93,16 @@ RIDGE = 1e-4  # penalty on the per-request terms, relative to each term's own su
 BORROWED_RIDGE = 1.0
 
 
-def _weighted_mean(seen: dict, depths: list[int]) -> float:
-    """The mean residual of ``depths`` weighed by their evidence (``_evidence``), taken relative to the depth run
-    last, so that it holds however long ago that was. Once every depth's evidence had faded below a threshold they
-    counted alike: at 32 requests on CPU a depth run 38 times (0.1) and four run once each (0.4-0.8), all over a
-    thousand steps earlier, priced drafting at exp(0.51) = 1.66x the fit for a whole burst, which parked."""
+def _weighted_mean(seen: dict, depths: list[int], values: dict | None = None) -> float:
+    """The mean residual of ``depths`` (or their ``values``) weighed by their evidence (``_evidence``), taken
+    relative to the depth run last, so that it holds however long ago that was. Once every depth's evidence had
+    faded below a threshold they counted alike: at 32 requests on CPU a depth run 38 times (0.1) and four run once
+    each (0.4-0.8), all over a thousand steps earlier, priced drafting at exp(0.51) = 1.66x the fit for a whole
+    burst, which parked."""
     latest = max(seen[d][2] for d in depths)
     weights = [min(seen[d][1], 1.0 / RESIDUAL_RATE) * RESIDUAL_AGE ** (latest - seen[d][2]) for d in depths]
-    return math.fsum(seen[d][0] * w for d, w in zip(depths, weights)) / math.fsum(weights)
+    values = {d: seen[d][0] for d in depths} if values is None else values
+    return math.fsum(values[d] * w for d, w in zip(depths, weights)) / math.fsum(weights)
 
 
 def _verify_features(batch: int, tokens: int, context: int) -> np.ndarray:
@@ -274,6 +276,12 @@ class StepCostModel:
         rows = [self._local_fit(phase, int(b)) for b in batch_bucket(batch).ravel()]
         return np.stack(rows).reshape(batch.shape + fitted.shape)
 
+    def _coefs_of(self, phase: str, bucket: int) -> np.ndarray:
+        """``coefs`` of one batch-size bucket."""
+        if self._kept_samples[phase] is None:
+            return self.verify_coef if phase == VERIFY else self.draft_coef
+        return self._local_fit(phase, bucket)
+
     def _local_fit(self, phase: str, bucket: int) -> np.ndarray:
         """The fit for one batch-size bucket, made when first asked for after a refit (a step asks for one); with
         no sample in the bucket itself, the nearest buckets' samples dominate it. Its per-request terms are
@@ -359,17 +367,18 @@ class StepCostModel:
         """``depth_factor``, computed (plain Python over a few depths)."""
         if not self._residual:
             return np.ones(max_depth + 1)
-        seen = self._residual.get(_bucket_of(batch))
-        if not seen:  # a bucket not run yet: the nearest parked residuals, every bucket's drafting ones alike
-            everywhere = [r for by_depth in self._residual.values() for r, _, _ in by_depth.values()]
-            drafting = [r for by_depth in self._residual.values() for d, (r, _, _) in by_depth.items() if d > 0]
-            parked = self._parked_level(_bucket_of(batch), sum(everywhere) / len(everywhere))
-            return np.exp([parked] + [sum(drafting) / len(drafting) if drafting else parked] * max_depth)
+        bucket = _bucket_of(batch)
+        seen = self._residual.get(bucket)
+        parked = self._parked_level(bucket)
+        if not seen:  # a bucket not run yet: the nearest buckets' parked and drafting residuals (none: the fit's)
+            drafting = self._drafting_level(bucket)
+            parked = 0.0 if parked is None else parked
+            return np.exp([parked] + [parked if drafting is None else drafting] * max_depth)
         evidence = self._evidence(seen)
         mean = _weighted_mean(seen, list(seen))  # the bucket's, steps weighed
         drafted = [depth for depth in evidence if depth > 0]
         mean_drafting = _weighted_mean(seen, drafted) if drafted else mean
-        parked = self._parked_level(_bucket_of(batch), mean)
+        parked = mean if parked is None else parked
         # as the bucket's drafting evidence fades, its drafting depths lean towards the lower of that mean and the
         # bucket's parked level: one slow drafting step (the first after a long parked stretch ran at 1.5-1.7x) kept
         # every drafting depth of 16-31 requests dear for the rest of a run, never tried again
@@ -388,17 +397,48 @@ class StepCostModel:
             logs[1:] = np.interp(np.arange(1, max_depth + 1), drafted, [own[d] for d in drafted])
         return np.exp(logs)
 
-    def _parked_level(self, bucket: int, fallback: float) -> float:
+    def _parked_level(self, bucket: int) -> float | None:
         """What a parked step's residual leans on in ``bucket``: the parked residual of the nearest buckets that
-        ran parked steps (``fallback`` where none did). Not the bucket's own drafting steps: a parked step is the
-        target's plain decode, and at 32 requests on CPU, with only drafting steps measured there (at 1.5-2.3x of
-        the fit), a parked step priced at their level looked dearer than a three-deep one for a whole burst."""
-        levels = {b: by_depth[0][0] for b, by_depth in self._residual.items() if 0 in by_depth and b != bucket}
+        ran parked steps, against this bucket's fit (``_transferred``); None where none did (then the bucket's own
+        mean, or for a bucket not run yet the fit itself). Never other buckets' drafting steps: a parked step is
+        the target's plain decode, and at 32
+        requests on CPU, with only drafting steps measured there (at 1.5-2.3x of the fit), a parked step priced at
+        their level looked dearer than a three-deep one for a whole burst; at 16 req/s a server whose only
+        measured steps had drafted at one or two requests (1.8x of the fit) priced 8 parked requests at 25 ms
+        where they took 13, and drafted them at 0.4 tokens/ms against parking's 0.6."""
+        levels = {b: self._transferred(b, 0, bucket) for b, by_depth in self._residual.items()
+                  if 0 in by_depth and b != bucket}
         if not levels:
-            return fallback
+            return None
         near = min(abs(b - bucket) for b in levels)
         nearest = [r for b, r in levels.items() if abs(b - bucket) == near]
         return sum(nearest) / len(nearest)
+
+    def _drafting_level(self, bucket: int) -> float | None:
+        """A bucket not run yet: the drafting residual of the nearest buckets that drafted (their depths weighed by
+        steps and age, ``_weighted_mean``), against this bucket's fit; None where no bucket drafted."""
+        levels = {}
+        for b, by_depth in self._residual.items():
+            drafted = [d for d in by_depth if d > 0]
+            if drafted and b != bucket:
+                levels[b] = _weighted_mean(by_depth, drafted, {d: self._transferred(b, d, bucket) for d in drafted})
+        if not levels:
+            return None
+        near = min(abs(b - bucket) for b in levels)
+        nearest = [r for b, r in levels.items() if abs(b - bucket) == near]
+        return sum(nearest) / len(nearest)
+
+    def _transferred(self, source: int, depth: int, bucket: int) -> float:
+        """The residual of ``source``'s steps at ``depth`` against ``bucket``'s fit: what they measured over what
+        ``bucket``'s fit prices their shape at. A residual is relative to its own bucket's fit, and buckets' fits
+        differ: carried over as it stands it corrects another fit's error (without a shape, it is)."""
+        r = self._residual[source][depth][0]
+        priced = self._priced_at.get((source, depth))
+        if priced is None or source == bucket:
+            return r
+        shape, modelled = priced
+        here = self.modelled_step_ms(*shape, bucket=bucket)
+        return r + math.log(modelled / here) if here > 0 and modelled > 0 else r
 
     def _evidence(self, seen: dict) -> dict:
         """Each depth's evidence in a bucket: its steps (as many as the running mean holds), fading with the steps
@@ -415,13 +455,14 @@ class StepCostModel:
         return max((depth for depth, e in self._evidence(seen).items() if e >= PRICED_EVIDENCE), default=0)
 
     def modelled_step_ms(self, batch: int, verify_tokens: int, depth: int, draft_rows: int, drafting: int,
-                         context: int) -> float:
+                         context: int, bucket: int | None = None) -> float:
         """``step_ms(..., corrected=False)`` of one step's shape, without the vectorised machinery (every step
-        asks for it once)."""
+        asks for it once); ``bucket``: priced by that batch-size bucket's fit (default: its own)."""
         passes = int(self.verify_passes(depth))
-        verify_coef = self.coefs(VERIFY, batch)
+        at = _bucket_of(batch) if bucket is None else bucket
+        verify_coef, draft_coef = self._coefs_of(VERIFY, at), self._coefs_of(DRAFT, at)
         verify = verify_coef @ _verify_features(batch, verify_tokens, context) + verify_coef[0] * (passes - 1)
-        return float(verify + self.coefs(DRAFT, batch) @ _draft_features(batch, depth, draft_rows, drafting))
+        return float(verify + draft_coef @ _draft_features(batch, depth, draft_rows, drafting))
 
     def record_step(self, batch: int, depth: int, modelled_ms: float, ms: float, shape: tuple | None = None) -> None:
         """A step's measured time against the fit's price for its shape (``modelled_step_ms``); ``shape``: the

@@ -257,7 +257,10 @@ def test_measured_steps_correct_the_price_of_their_batch_size_and_depth():
     assert model.step_ms(32, 64, 1, corrected=False) == pytest.approx(10.0)
     assert model.step_ms(32, np.array([64, 96]), np.array([1, 3])).tolist() == pytest.approx(
         [10.0 * factor[1], 10.0 * factor[3]])
-    assert model.depth_factor(2, 1)[1] == pytest.approx(np.sqrt(2.0))  # an unseen bucket: the mean of all
+    # a bucket not run yet: the nearest drafting bucket's depths weighed by steps and age (depth 1: 3 steps, 6 steps
+    # ago; depth 3: 6 steps, the last just now); nothing parked anywhere: the fit's parked price
+    recent, older = 4.0, 3.0 * 0.98 ** 6
+    assert model.depth_factor(2, 1).tolist() == pytest.approx([1.0, 2.0 ** (older / (older + recent))])
 
 
 def test_a_depth_measured_once_or_long_ago_leans_towards_its_buckets_mean():
@@ -348,6 +351,35 @@ def test_drafting_depths_long_unused_are_weighed_by_their_steps_and_age_not_alik
     factor = model.depth_factor(32, 5)
     assert factor[0] > 1.5
     assert factor[1] == pytest.approx(1.1, rel=0.05)
+
+
+def test_a_batch_size_not_run_yet_prices_parking_at_the_fit_where_no_step_parked():
+    """At 16 req/s a server whose only measured steps had drafted at one or two requests (at 1.8x the fit) met its
+    first burst of 8: a parked step there took the drafting steps' level, priced at 25 ms where it took 13, and the
+    burst drafted at 0.4 tokens/ms against parking's 0.6. No step parked anywhere: the fit prices parking."""
+    model = StepCostModel(verify_coef=[5.0, 0.6, 0.0, 0.0], draft_coef=[3.0, 0.0, 0.0, 0.0, 0.0])
+    for batch, depth in [(1, 1), (1, 2), (2, 3), (2, 1), (1, 5)]:
+        model.record_step(batch, depth, modelled_ms=12.0, ms=21.6)
+    factor = model.depth_factor(8, 3)
+    assert factor[0] == pytest.approx(1.0)
+    assert factor[1:] == pytest.approx([1.8] * 3)  # drafting: the nearest drafting steps' level
+
+
+def test_a_batch_size_not_run_yet_takes_the_price_its_neighbours_measured_not_their_fits_error():
+    """A residual is relative to its own bucket's fit, and the buckets' fits differ (costs are not linear in the
+    batch size). Parked steps of 2 requests measured at 1.3x their bucket's price; 8 requests, not run yet, price
+    that same shape by their own fit, and their factor is what makes it the measured time."""
+    model = _profiled(lambda batch, rows, context: 4.0 + 2.0 * batch ** 0.5 + 0.3 * rows + 0.002 * context,
+                      widths=(1, 2, 4))
+    model.draft_coef = np.array([1.0, 0.0, 0.0, 0.0, 0.0])
+    small, context = 2, 2 * 200
+    measured = 1.3 * model.modelled_step_ms(small, small, 0, 0, 0, context)
+    for _ in range(8):
+        modelled = model.modelled_step_ms(small, small, 0, 0, 0, context)
+        model.record_step(small, 0, modelled, measured, shape=(small, 0, 0, context))
+    own_fit = model.modelled_step_ms(small, small, 0, 0, 0, context, bucket=3)  # the fit of 8-15 requests
+    assert abs(own_fit / model.modelled_step_ms(small, small, 0, 0, 0, context) - 1) > 0.1  # the fits differ
+    assert model.depth_factor(8, 1)[0] * own_fit == pytest.approx(measured, rel=1e-6)
 
 
 def test_a_bucket_long_unused_still_prices_its_depths():
