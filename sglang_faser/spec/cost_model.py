@@ -93,16 +93,22 @@ RIDGE = 1e-4  # penalty on the per-request terms, relative to each term's own su
 BORROWED_RIDGE = 1.0
 
 
-def _weighted_mean(seen: dict, depths: list[int], values: dict | None = None) -> float:
-    """The mean residual of ``depths`` (or their ``values``) weighed by their evidence (``_evidence``), taken
-    relative to the depth run last, so that it holds however long ago that was. Once every depth's evidence had
-    faded below a threshold they counted alike: at 32 requests on CPU a depth run 38 times (0.1) and four run once
-    each (0.4-0.8), all over a thousand steps earlier, priced drafting at exp(0.51) = 1.66x the fit for a whole
-    burst, which parked."""
+def _weighted_mean(seen: dict, depths: list[int]) -> float:
+    """The mean residual of ``depths`` weighed by their evidence (``_evidence``), taken relative to the depth run
+    last, so that it holds however long ago that was. Once every depth's evidence had faded below a threshold they
+    counted alike: at 32 requests on CPU a depth run 38 times (0.1) and four run once each (0.4-0.8), all over a
+    thousand steps earlier, priced drafting at exp(0.51) = 1.66x the fit for a whole burst, which parked."""
     latest = max(seen[d][2] for d in depths)
     weights = [min(seen[d][1], 1.0 / RESIDUAL_RATE) * RESIDUAL_AGE ** (latest - seen[d][2]) for d in depths]
-    values = {d: seen[d][0] for d in depths} if values is None else values
-    return math.fsum(values[d] * w for d, w in zip(depths, weights)) / math.fsum(weights)
+    return math.fsum(seen[d][0] * w for d, w in zip(depths, weights)) / math.fsum(weights)
+
+
+def _nearest(buckets: list[int], bucket: int) -> list[int]:
+    """The buckets of ``buckets`` nearest ``bucket`` (one, or two equally near; none of none)."""
+    if not buckets:
+        return []
+    near = min(abs(b - bucket) for b in buckets)
+    return [b for b in buckets if abs(b - bucket) == near]
 
 
 def _verify_features(batch: int, tokens: int, context: int) -> np.ndarray:
@@ -370,10 +376,10 @@ class StepCostModel:
         bucket = _bucket_of(batch)
         seen = self._residual.get(bucket)
         parked = self._parked_level(bucket)
-        if not seen:  # a bucket not run yet: the nearest buckets' parked and drafting residuals (none: the fit's)
-            drafting = self._drafting_level(bucket)
+        if not seen:  # a bucket not run yet: the nearest parked residuals (none: the fit's), every drafting one alike
+            drafting = [r for by_depth in self._residual.values() for d, (r, _, _) in by_depth.items() if d > 0]
             parked = 0.0 if parked is None else parked
-            return np.exp([parked] + [parked if drafting is None else drafting] * max_depth)
+            return np.exp([parked] + [sum(drafting) / len(drafting) if drafting else parked] * max_depth)
         evidence = self._evidence(seen)
         mean = _weighted_mean(seen, list(seen))  # the bucket's, steps weighed
         drafted = [depth for depth in evidence if depth > 0]
@@ -401,32 +407,14 @@ class StepCostModel:
         """What a parked step's residual leans on in ``bucket``: the parked residual of the nearest buckets that
         ran parked steps, against this bucket's fit (``_transferred``); None where none did (then the bucket's own
         mean, or for a bucket not run yet the fit itself). Never other buckets' drafting steps: a parked step is
-        the target's plain decode, and at 32
-        requests on CPU, with only drafting steps measured there (at 1.5-2.3x of the fit), a parked step priced at
-        their level looked dearer than a three-deep one for a whole burst; at 16 req/s a server whose only
-        measured steps had drafted at one or two requests (1.8x of the fit) priced 8 parked requests at 25 ms
-        where they took 13, and drafted them at 0.4 tokens/ms against parking's 0.6."""
-        levels = {b: self._transferred(b, 0, bucket) for b, by_depth in self._residual.items()
-                  if 0 in by_depth and b != bucket}
-        if not levels:
+        the target's plain decode, and at 32 requests on CPU, with only drafting steps measured there (at 1.5-2.3x
+        of the fit), a parked step priced at their level looked dearer than a three-deep one for a whole burst; at
+        16 req/s a server whose only measured steps had drafted at one or two requests (1.8x of the fit) priced 8
+        parked requests at 25 ms where they took 13, and drafted them at 0.4 tokens/ms against parking's 0.6."""
+        nearest = _nearest([b for b, by_depth in self._residual.items() if 0 in by_depth and b != bucket], bucket)
+        if not nearest:
             return None
-        near = min(abs(b - bucket) for b in levels)
-        nearest = [r for b, r in levels.items() if abs(b - bucket) == near]
-        return sum(nearest) / len(nearest)
-
-    def _drafting_level(self, bucket: int) -> float | None:
-        """A bucket not run yet: the drafting residual of the nearest buckets that drafted (their depths weighed by
-        steps and age, ``_weighted_mean``), against this bucket's fit; None where no bucket drafted."""
-        levels = {}
-        for b, by_depth in self._residual.items():
-            drafted = [d for d in by_depth if d > 0]
-            if drafted and b != bucket:
-                levels[b] = _weighted_mean(by_depth, drafted, {d: self._transferred(b, d, bucket) for d in drafted})
-        if not levels:
-            return None
-        near = min(abs(b - bucket) for b in levels)
-        nearest = [r for b, r in levels.items() if abs(b - bucket) == near]
-        return sum(nearest) / len(nearest)
+        return math.fsum(self._transferred(b, 0, bucket) for b in nearest) / len(nearest)
 
     def _transferred(self, source: int, depth: int, bucket: int) -> float:
         """The residual of ``source``'s steps at ``depth`` against ``bucket``'s fit: what they measured over what

@@ -257,10 +257,8 @@ def test_measured_steps_correct_the_price_of_their_batch_size_and_depth():
     assert model.step_ms(32, 64, 1, corrected=False) == pytest.approx(10.0)
     assert model.step_ms(32, np.array([64, 96]), np.array([1, 3])).tolist() == pytest.approx(
         [10.0 * factor[1], 10.0 * factor[3]])
-    # a bucket not run yet: the nearest drafting bucket's depths weighed by steps and age (depth 1: 3 steps, 6 steps
-    # ago; depth 3: 6 steps, the last just now); nothing parked anywhere: the fit's parked price
-    recent, older = 4.0, 3.0 * 0.98 ** 6
-    assert model.depth_factor(2, 1).tolist() == pytest.approx([1.0, 2.0 ** (older / (older + recent))])
+    # a bucket not run yet: every drafting residual alike; nothing parked anywhere: the fit's parked price
+    assert model.depth_factor(2, 1).tolist() == pytest.approx([1.0, np.sqrt(2.0)])
 
 
 def test_a_depth_measured_once_or_long_ago_leans_towards_its_buckets_mean():
@@ -362,7 +360,7 @@ def test_a_batch_size_not_run_yet_prices_parking_at_the_fit_where_no_step_parked
         model.record_step(batch, depth, modelled_ms=12.0, ms=21.6)
     factor = model.depth_factor(8, 3)
     assert factor[0] == pytest.approx(1.0)
-    assert factor[1:] == pytest.approx([1.8] * 3)  # drafting: the nearest drafting steps' level
+    assert factor[1:] == pytest.approx([1.8] * 3)  # drafting: the drafting steps' level
 
 
 def test_a_batch_size_not_run_yet_takes_the_price_its_neighbours_measured_not_their_fits_error():
