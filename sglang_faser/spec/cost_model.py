@@ -54,12 +54,11 @@ bucket and depth, a running mean of log(measured / modelled), and ``step_ms`` mu
 (a refit moves each mean by how it reprices the shape last measured there: a residual is relative to its fit).
 It moves within a few steps (a burst of a new batch size is priced from its first steps, not 32 steps later);
 a parked step (depth 0, the target's plain decode) not run in a bucket takes the parked factor of the nearest
-buckets that ran one (re-expressed against its own bucket's fit), never drafting steps'; a drafting depth not yet run in a bucket takes its
-factor from the run drafting depths nearest it (the load on the machine moves every depth alike, the fit's error
-grows with depth), a bucket not yet seen the nearest parked factor (the fit's price where none parked) and the
-mean of every drafting one, and a depth
-run once or long ago leans towards its kind's level (parked: the nearest parked factor; drafting: the bucket's
-drafting mean).
+buckets that ran one (re-expressed against its own bucket's fit), never other buckets' drafting steps'; a drafting
+depth not yet run in a bucket takes its factor from the run drafting depths nearest it (the load on the machine
+moves every depth alike, the fit's error grows with depth), a bucket not yet seen the nearest parked factor (the
+fit's price where none parked) and the mean of every drafting one, and a depth run once or long ago leans towards
+its kind's level (parked: the nearest parked factor; drafting: the bucket's drafting mean).
 
 Profile samples stay as a prior, weighing as much as the online samples together; online samples live in a
 sliding window, so the fit follows load and thermal drift without forgetting the shape the profile established
