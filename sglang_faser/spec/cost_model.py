@@ -419,7 +419,7 @@ class StepCostModel:
     def _transferred(self, source: int, depth: int, bucket: int) -> float:
         """The residual of ``source``'s steps at ``depth`` against ``bucket``'s fit: what they measured over what
         ``bucket``'s fit prices their shape at. A residual is relative to its own bucket's fit, and buckets' fits
-        differ: carried over as it stands it corrects another fit's error (without a shape, it is)."""
+        differ: carried over as it stands it corrects another fit's error (it is, where no shape was recorded)."""
         r = self._residual[source][depth][0]
         priced = self._priced_at.get((source, depth))
         if priced is None or source == bucket:
