@@ -99,8 +99,15 @@ def _weighted_mean(seen: dict, depths: list[int]) -> float:
     counted alike: at 32 requests on CPU a depth run 38 times (0.1) and four run once each (0.4-0.8), all over a
     thousand steps earlier, priced drafting at exp(0.51) = 1.66x the fit for a whole burst, which parked."""
     latest = max(seen[d][2] for d in depths)
-    weights = [min(seen[d][1], 1.0 / RESIDUAL_RATE) * RESIDUAL_AGE ** (latest - seen[d][2]) for d in depths]
+    weights = [_aged_steps(seen[d], latest) for d in depths]
     return math.fsum(seen[d][0] * w for d, w in zip(depths, weights)) / math.fsum(weights)
+
+
+def _aged_steps(running: list, now: int) -> float:
+    """A (bucket, depth) residual's steps (as many as its running mean holds), fading with the steps between the
+    last one and ``now``."""
+    _, steps, last = running
+    return min(steps, 1.0 / RESIDUAL_RATE) * RESIDUAL_AGE ** (now - last)
 
 
 def _nearest(buckets: list[int], bucket: int) -> list[int]:
@@ -264,6 +271,8 @@ class StepCostModel:
         self._priced_at: dict[tuple[int, int], tuple[tuple, float]] = {}
         self._steps = 0  # steps recorded
         self._factors: dict[tuple[int, int], np.ndarray] = {}  # ``depth_factor`` by (bucket, depth) till a step
+        # (source bucket, depth, bucket) -> (the ``_priced_at`` entry it was made from, log(its price / ``bucket``'s))
+        self._offsets: dict[tuple[int, int, int], tuple[tuple, float]] = {}
 
     def samples(self, phase: str, online: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(features [n, F], ms [n], batch size [n]) the fit holds for ``phase``: the latest steps' (``online``) or
@@ -283,10 +292,8 @@ class StepCostModel:
         return np.stack(rows).reshape(batch.shape + fitted.shape)
 
     def _coefs_of(self, phase: str, bucket: int) -> np.ndarray:
-        """``coefs`` of one batch-size bucket."""
-        if self._kept_samples[phase] is None:
-            return self.verify_coef if phase == VERIFY else self.draft_coef
-        return self._local_fit(phase, bucket)
+        """``coefs`` of the batch sizes of one bucket."""
+        return self.coefs(phase, 1 << bucket)
 
     def _local_fit(self, phase: str, bucket: int) -> np.ndarray:
         """The fit for one batch-size bucket, made when first asked for after a refit (a step asks for one); with
@@ -424,15 +431,20 @@ class StepCostModel:
         priced = self._priced_at.get((source, depth))
         if priced is None or source == bucket:
             return r
-        shape, modelled = priced
-        here = self.modelled_step_ms(*shape, bucket=bucket)
-        return r + math.log(modelled / here) if here > 0 and modelled > 0 else r
+        # kept until that entry changes (its bucket steps at that depth, or a refit rebases it): most steps of a
+        # batch size reuse their neighbours' offsets, on the scheduler's path
+        made = self._offsets.get((source, depth, bucket))
+        if made is None or made[0] is not priced:
+            shape, modelled = priced
+            here = self.modelled_step_ms(*shape, bucket=bucket)
+            made = self._offsets[(source, depth, bucket)] = (
+                priced, math.log(modelled / here) if here > 0 and modelled > 0 else 0.0)
+        return r + made[1]
 
     def _evidence(self, seen: dict) -> dict:
         """Each depth's evidence in a bucket: its steps (as many as the running mean holds), fading with the steps
         since it last ran."""
-        return {depth: min(n, 1.0 / RESIDUAL_RATE) * RESIDUAL_AGE ** (self._steps - last)
-                for depth, (_, n, last) in seen.items()}
+        return {depth: _aged_steps(running, self._steps) for depth, running in seen.items()}
 
     def priced_depth(self, batch: int) -> int | None:
         """The deepest drafting depth recent steps of ``batch``'s bucket measured (evidence faded by age at least
