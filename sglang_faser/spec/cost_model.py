@@ -91,6 +91,12 @@ RIDGE = 1e-4  # penalty on the per-request terms, relative to each term's own su
 # a bucket's fit adds this penalty, quartered by each sample of that bucket or a larger one that exercises the
 # per-request terms: slopes fitted on smaller batches are not extrapolated to larger ones that have not run such steps
 BORROWED_RIDGE = 1.0
+# a batch-size bucket that no step of the last refit's window ran in is refitted for after this many of its steps,
+# not up to ``refit_every`` steps later: until then its steps are priced by other buckets' fits and residuals, and
+# at 32 requests on CPU (bursty 64 req/s) a burst after a quiet spell of two requests priced drafting at 2x a fit
+# made of those two requests' steps and parked for 22 steps at 0.97 tokens/ms; the refit 23 steps in drafted it
+# 3-6 deep at 1.2-1.4
+NEW_BUCKET_STEPS = 4
 
 
 def _weighted_mean(seen: dict, depths: list[int]) -> float:
@@ -103,11 +109,11 @@ def _weighted_mean(seen: dict, depths: list[int]) -> float:
     return math.fsum(seen[d][0] * w for d, w in zip(depths, weights)) / math.fsum(weights)
 
 
-def _aged_steps(running: list, now: int) -> float:
-    """A (bucket, depth) residual's steps (as many as its running mean holds), fading with the steps between the
-    last one and ``now``."""
+def _aged_steps(running: list, now: int, every: bool = False) -> float:
+    """A (bucket, depth) residual's steps (as many as its running mean holds; ``every``: all of them), fading with
+    the steps between the last one and ``now``."""
     _, steps, last = running
-    return min(steps, 1.0 / RESIDUAL_RATE) * RESIDUAL_AGE ** (now - last)
+    return (steps if every else min(steps, 1.0 / RESIDUAL_RATE)) * RESIDUAL_AGE ** (now - last)
 
 
 def _nearest(buckets: list[int], bucket: int) -> list[int]:
@@ -264,6 +270,8 @@ class StepCostModel:
         # (x, y, bucket, weight) of the last refit
         self._kept_samples: dict[str, tuple | None] = {VERIFY: None, DRAFT: None}
         self._since_refit = 0
+        self._fitted_buckets: set[int] = set()  # the buckets of the last refit's draft samples
+        self._unfitted_steps: dict[int, int] = {}  # steps recorded since then in each bucket not among them
         self._catch_ups: deque = deque(maxlen=CATCH_UP_WINDOW)  # (rows, ms)
         # batch bucket -> depth -> [mean log(measured / modelled), steps, the step it last ran]
         self._residual: dict[int, dict[int, list]] = {}
@@ -398,9 +406,14 @@ class StepCostModel:
         faded = RESIDUAL_PSEUDO / (math.fsum(evidence[d] for d in drafted) + RESIDUAL_PSEUDO)
         mean_drafting += faded * (min(mean_drafting, seen[0][0] if 0 in seen else parked) - mean_drafting)
 
-        def leaned(depth: int, r: float) -> float:  # a run depth's residual, weighed against its target's
+        # a run depth's residual, weighed against its target's by every step it ran: weighed by the steps its running
+        # mean holds (four), a depth run 20 times in a row still leaned a fifth of the way (in log) towards other
+        # buckets' level, and 32 parked requests on CPU were priced at 29 ms for 22 steps that took 31-38
+        steps = self._evidence(seen, every=True)
+
+        def leaned(depth: int, r: float) -> float:
             target = parked if depth == 0 else mean_drafting
-            return target + evidence[depth] / (evidence[depth] + RESIDUAL_PSEUDO) * (r - target)
+            return target + steps[depth] / (steps[depth] + RESIDUAL_PSEUDO) * (r - target)
 
         own = {depth: leaned(depth, r) for depth, (r, _, _) in seen.items()}
         logs = np.full(max_depth + 1, mean_drafting)
@@ -441,10 +454,10 @@ class StepCostModel:
                 priced, math.log(modelled / here) if here > 0 and modelled > 0 else 0.0)
         return r + made[1]
 
-    def _evidence(self, seen: dict) -> dict:
-        """Each depth's evidence in a bucket: its steps (as many as the running mean holds), fading with the steps
-        since it last ran."""
-        return {depth: _aged_steps(running, self._steps) for depth, running in seen.items()}
+    def _evidence(self, seen: dict, every: bool = False) -> dict:
+        """Each depth's evidence in a bucket: its steps (as many as the running mean holds; ``every``: all of them),
+        fading with the steps since it last ran."""
+        return {depth: _aged_steps(running, self._steps, every) for depth, running in seen.items()}
 
     def priced_depth(self, batch: int) -> int | None:
         """The deepest drafting depth recent steps of ``batch``'s bucket measured (evidence faded by age at least
@@ -494,11 +507,15 @@ class StepCostModel:
 
     def record(self, phase: str, batch: int, size: int, ms: float, rows: int | None = None,
                drafting: int | None = None, context: int = 0) -> None:
-        """An online measurement of a real step; the model is refitted every ``refit_every`` steps."""
+        """An online measurement of a real step; the model is refitted every ``refit_every`` steps, and after
+        ``NEW_BUCKET_STEPS`` steps of a batch-size bucket the last refit had none of."""
         self._online[phase].add(self._features(phase, batch, size, rows, drafting, context), float(ms), batch)
         if phase == DRAFT:  # one per step (a step verified in frontiers records several verify passes)
             self._since_refit += 1
-            if self._since_refit >= self.refit_every:
+            bucket, new = _bucket_of(batch), 0
+            if bucket not in self._fitted_buckets:
+                new = self._unfitted_steps[bucket] = self._unfitted_steps.get(bucket, 0) + 1
+            if self._since_refit >= self.refit_every or new >= NEW_BUCKET_STEPS:
                 self.refit()
 
     def record_catch_up(self, rows: int, ms: float) -> None:
@@ -548,6 +565,9 @@ class StepCostModel:
                 self.draft_coef = fitted
             self._kept_samples[phase] = (x, y, bucket, weight)
             self._local[phase] = {}
+        self._fitted_buckets = set(batch_bucket(self._prior[DRAFT].arrays()[2]).tolist()) | set(
+            batch_bucket(self._online[DRAFT].arrays()[2]).tolist())
+        self._unfitted_steps.clear()
         self._rebase()
 
     def _rebase(self) -> None:

@@ -275,6 +275,43 @@ def test_a_depth_measured_once_or_long_ago_leans_towards_its_buckets_mean():
     assert model.depth_factor(4, 1)[0] < 1.1
 
 
+def test_a_depth_run_many_times_in_a_row_is_priced_at_what_it_measured():
+    """The lean towards other buckets' level is for a depth measured a few times: 32 parked requests on CPU ran 20
+    steps at about 2x the fit while the price leaned a fifth of the way (in log) towards parked steps of 2 requests
+    at 1x, 29 ms for steps of 31-38, and parking looked faster than the drafting that beat it."""
+    model = StepCostModel()
+    for _ in range(20):
+        model.record_step(2, 0, modelled_ms=5.0, ms=5.0)
+    for steps in range(1, 21):
+        model.record_step(32, 0, modelled_ms=16.0, ms=32.0)
+        if steps == 2:
+            assert model.depth_factor(32, 0)[0] < 1.8  # measured twice: still leaning
+    assert model.depth_factor(32, 0)[0] == pytest.approx(2.0, rel=0.05)
+
+
+def test_a_batch_size_new_to_the_fit_is_refitted_for_after_a_few_of_its_steps():
+    """A burst of 32 requests after a quiet spell of 2: the fit made of two requests' steps prices the burst's
+    steps until a refit holds some of them, and waiting ``refit_every`` steps for it parked a burst for 22 steps
+    that the refit then drafted. A few steps of the new size refit the model."""
+    model = StepCostModel(refit_every=10_000)
+
+    def draft_side(batch, steps):
+        return 2.0 + (1.0 + 0.25 * batch * (steps + 1)) * (steps > 0) + 1.0 * steps
+
+    for _ in range(20):
+        for steps in (0, 1, 2):
+            model.record(DRAFT, 2, steps, draft_side(2, steps), rows=0)
+    model.refit()
+    for _ in range(3):
+        model.record(DRAFT, 32, 1, draft_side(32, 1), rows=0)
+    assert model.draft_ms(32, 1, rows=0) < 0.5 * draft_side(32, 1)  # not refitted yet: the per-request slope is held
+    model.record(DRAFT, 32, 1, draft_side(32, 1), rows=0)  # the fourth step of 32 requests
+    assert model.draft_ms(32, 1, rows=0) == pytest.approx(draft_side(32, 1), rel=0.1)
+    for _ in range(8):  # a bucket the refit holds: no refit until ``refit_every``
+        model.record(DRAFT, 32, 2, 100.0, rows=0)
+    assert model.draft_ms(32, 2, rows=0) == pytest.approx(draft_side(32, 2), rel=0.1)
+
+
 def test_one_stalled_step_moves_the_residual_a_bounded_step():
     model = StepCostModel(verify_coef=[10.0, 0.0, 0.0, 0.0], draft_coef=[0.0, 0.0, 0.0, 0.0, 0.0])
     for _ in range(4):
