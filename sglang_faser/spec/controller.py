@@ -48,7 +48,7 @@ import numpy as np
 
 from sglang_faser.spec.acceptance import AcceptanceTracker
 from sglang_faser.spec.config import FaserConfig, Mode
-from sglang_faser.spec.cost_model import DRAFT, VERIFY, StepCostModel
+from sglang_faser.spec.cost_model import DRAFT, VERIFY, StepCostModel, bucket_of
 from sglang_faser.spec.policy import StepPlan, evaluate, make_policy
 from sglang_faser.spec.warmup import is_warmup, sweep_lengths, sweep_steps
 
@@ -59,13 +59,15 @@ HOLD_RECHECK = 4  # a batch at its bounds (every request parked at 0 or at its c
 # many steps (its estimates move little in between, and a decision costs about a tenth of a small batch's step on
 # CPU) ...
 HOLD_MAX = 16  # ... and after twice as many each time the same batch is found at its bounds again, up to this many
-# A parked batch whose last measured step took longer than this is decided (and its step priced) every step
-# instead: there a decision is a small share of the step, and pricing every step is what corrects a batch size's
-# first estimates. At 32 requests on CPU (35-45 ms steps) a parked batch's holds priced 3 steps in 28 while the model
-# still put a parked step at 23 ms, and drafting, 0.9-1.3 tokens/ms there against parking's 0.7-1.0, began 28 steps
-# late. A batch drafting at its caps keeps its holds: each already ends at a rejection and prices its deciding step,
-# so deciding every step there only adds host work (one sure request on the deep pair, 20-26 ms steps: 1.09x with
-# its holds kept against deciding every step, 3 repeats, one below). So does a batch of fewer than
+# A parked batch whose batch size's last priced step took longer than this, or whose batch size (power-of-two bucket)
+# has had no step priced yet, is decided (and its step priced) every step instead: there a decision is a small share of
+# the step, and pricing every step is what corrects a batch size's first estimates. At 32 requests on CPU (35-45 ms
+# steps) a parked batch's holds priced 3 steps in 28 while the model still put a parked step at 23 ms, and drafting,
+# 0.9-1.3 tokens/ms there against parking's 0.7-1.0, began 28 steps late; judged by the last priced step of any size, a
+# burst of 44-48 requests after a quiet spell of two (18.6 ms steps) was held unpriced for its first seven steps, priced
+# at 20 ms while they took 39-75. A batch drafting at its caps keeps its holds: each already ends at a rejection and
+# prices its deciding step, so deciding every step there only adds host work (one sure request on the deep pair, 20-26
+# ms steps: 1.09x with its holds kept against deciding every step, 3 repeats, one below). So does a batch of fewer than
 # ``HOLD_STEP_BATCH`` requests: its size's price is the one every quiet spell refines, and one doomed request on the
 # deep pair, whose parked steps took 17-20 ms on a slow day, was re-priced on 545 of 1534 steps (0.887x of no
 # speculation in one run).
@@ -168,7 +170,8 @@ class LengthController:
         # a batch held at its bounds: (the step's inputs, its decision as held, steps it is held still, steps of
         # the last hold, parked)
         self._held: tuple[tuple, StepDecision, int, int, bool] | None = None
-        self._step_ms = 0.0  # the last priced step's measured time (``record_step``): long parked steps are not held
+        # batch-size bucket -> its last priced step's measured time (``record_step``): long parked steps are not held
+        self._step_ms: dict[int, float] = {}
         self._sweep_cut = False  # the start-up sweep ended early (``_end_sweep``): unmeasured depths are probed
         self.warm_steps = window + 1 if warm_steps is None else warm_steps
         self.calibration_steps = self.warm_steps + calibration_sweeps * (window + 1) if calibration_sweeps else 0
@@ -210,7 +213,8 @@ class LengthController:
         steps while it is the same batch, twice as many after each decision that finds it at its bounds again (up
         to ``HOLD_MAX``). Deciding, observing and pricing a step cost a CPU decode step of a small batch 4-5 % (a
         parked step's own cost is a plain decode); a parked batch of ``HOLD_STEP_BATCH`` requests or more whose steps
-        take longer than ``HOLD_STEP_MS`` is decided and priced every step (adaptive mode). A new request, a new
+        take longer than ``HOLD_STEP_MS`` at its batch size (or not priced there yet) is decided and priced every step
+        (adaptive mode). A new request, a new
         policy or a rejected draft (``observe``) decides at once. The fixed and off modes hold every decision: their
         lengths depend on the bounds alone.
         """
@@ -266,7 +270,7 @@ class LengthController:
                                 means=means if self.explain else None)
         bounded = self.config.mode is not Mode.ADAPTIVE or ((lengths == 0) | (lengths == limit)).all()
         adaptive = self.config.mode is Mode.ADAPTIVE
-        long_steps = batch >= HOLD_STEP_BATCH and self._step_ms > HOLD_STEP_MS
+        long_steps = batch >= HOLD_STEP_BATCH and self._step_ms.get(bucket_of(batch), HOLD_STEP_MS + 1) > HOLD_STEP_MS
         holds = bounded and not calibration and not (adaptive and parked and long_steps)
         self._held = ((shape, dataclasses.replace(decision, held=True, sampled=False), hold - 1, hold, parked)
                       if holds else None)
@@ -442,7 +446,7 @@ class LengthController:
         if (self.counters.steps if step is None else step) > self.calibration_steps:
             modelled = self.cost.modelled_step_ms(batch, verify_rows, depth, draft_rows, drafting, context)
             self.cost.record_step(batch, depth, modelled, ms, shape=(verify_rows, draft_rows, drafting, context))
-        self._step_ms = ms
+        self._step_ms[bucket_of(batch)] = ms
 
     def record_catch_up(self, rows: int, ms: float) -> None:
         """A measured catch-up of ``rows`` skipped draft rows (priced for the requests that resume next)."""

@@ -189,7 +189,7 @@ def batch_bucket(batch) -> np.ndarray:
     return np.floor(np.log2(np.maximum(np.asarray(batch, dtype=float), 1.0))).astype(np.int64)
 
 
-def _bucket_of(batch: int) -> int:
+def bucket_of(batch: int) -> int:
     """``batch_bucket`` of one batch size, in plain Python (every step asks several times)."""
     return max(int(batch), 1).bit_length() - 1
 
@@ -295,7 +295,7 @@ class StepCostModel:
             return fitted
         batch = np.asarray(batch)
         if batch.ndim == 0:
-            return self._local_fit(phase, _bucket_of(batch))
+            return self._local_fit(phase, bucket_of(batch))
         rows = [self._local_fit(phase, int(b)) for b in batch_bucket(batch).ravel()]
         return np.stack(rows).reshape(batch.shape + fitted.shape)
 
@@ -377,7 +377,7 @@ class StepCostModel:
         mean was never tried). Depth 0 leans on the parked steps of the nearest batch sizes instead
         (``_parked_level``). Kept until the next step is recorded: a decision asks several times (its plan, its
         priced alternatives), and the residuals and their ages only move when a step is recorded."""
-        key = (_bucket_of(batch), max_depth)
+        key = (bucket_of(batch), max_depth)
         factor = self._factors.get(key)
         if factor is None:
             factor = self._factors[key] = self._depth_factor(batch, max_depth)
@@ -388,7 +388,7 @@ class StepCostModel:
         """``depth_factor``, computed (plain Python over a few depths)."""
         if not self._residual:
             return np.ones(max_depth + 1)
-        bucket = _bucket_of(batch)
+        bucket = bucket_of(batch)
         seen = self._residual.get(bucket)
         parked = self._parked_level(bucket)
         if not seen:  # a bucket not run yet: the nearest parked residuals (none: the fit's), every drafting one alike
@@ -464,7 +464,7 @@ class StepCostModel:
         ``PRICED_EVIDENCE``; 0: none), or None before any step is measured."""
         if not self._steps:
             return None
-        seen = self._residual.get(_bucket_of(batch), {})
+        seen = self._residual.get(bucket_of(batch), {})
         return max((depth for depth, e in self._evidence(seen).items() if e >= PRICED_EVIDENCE), default=0)
 
     def modelled_step_ms(self, batch: int, verify_tokens: int, depth: int, draft_rows: int, drafting: int,
@@ -472,7 +472,7 @@ class StepCostModel:
         """``step_ms(..., corrected=False)`` of one step's shape, without the vectorised machinery (every step
         asks for it once); ``bucket``: priced by that batch-size bucket's fit (default: its own)."""
         passes = int(self.verify_passes(depth))
-        at = _bucket_of(batch) if bucket is None else bucket
+        at = bucket_of(batch) if bucket is None else bucket
         verify_coef, draft_coef = self._coefs_of(VERIFY, at), self._coefs_of(DRAFT, at)
         verify = verify_coef @ _verify_features(batch, verify_tokens, context) + verify_coef[0] * (passes - 1)
         return float(verify + draft_coef @ _draft_features(batch, depth, draft_rows, drafting))
@@ -487,9 +487,9 @@ class StepCostModel:
         self._factors.clear()
         if shape is not None:
             verify_tokens, draft_rows, drafting, context = shape
-            self._priced_at[(_bucket_of(batch), depth)] = (
+            self._priced_at[(bucket_of(batch), depth)] = (
                 (batch, verify_tokens, depth, draft_rows, drafting, context), modelled_ms)
-        running = self._residual.setdefault(_bucket_of(batch), {}).setdefault(depth, [0.0, 0, 0])
+        running = self._residual.setdefault(bucket_of(batch), {}).setdefault(depth, [0.0, 0, 0])
         running[2] = self._steps
         r = float(np.log(ms / modelled_ms))
         if running[1] >= 2:  # a one-off stall (another process on the CPU, a first use) moves it a bounded step
@@ -512,7 +512,7 @@ class StepCostModel:
         self._online[phase].add(self._features(phase, batch, size, rows, drafting, context), float(ms), batch)
         if phase == DRAFT:  # one per step (a step verified in frontiers records several verify passes)
             self._since_refit += 1
-            bucket, new = _bucket_of(batch), 0
+            bucket, new = bucket_of(batch), 0
             if bucket not in self._fitted_buckets:
                 new = self._unfitted_steps[bucket] = self._unfitted_steps.get(bucket, 0) + 1
             if self._since_refit >= self.refit_every or new >= NEW_BUCKET_STEPS:

@@ -334,9 +334,10 @@ def test_a_batch_that_parks_again_is_held_twice_as_long_up_to_a_bound():
 
 def test_a_batch_whose_steps_are_long_is_decided_and_priced_every_step():
     """A hold saves a decision's share of a short step; a parked batch of ``HOLD_STEP_BATCH`` requests or more
-    whose last measured step took longer than ``HOLD_STEP_MS`` is decided and priced every step (at 32 requests on
-    CPU a parked batch's holds priced 3 steps in 28 while the model still put a parked step at 23 ms against
-    35-45), and is held again once its steps are short; a smaller batch keeps its holds."""
+    whose batch size's last measured step took longer than ``HOLD_STEP_MS``, or that no step of its size has been
+    priced for yet, is decided and priced every step (at 32 requests on CPU a parked batch's holds priced 3 steps in
+    28 while the model still put a parked step at 23 ms against 35-45; a burst of 44-48 after steps of two was held
+    unpriced for seven steps), and is held again once its steps are short; a smaller batch keeps its holds."""
     from sglang_faser.spec.controller import HOLD_STEP_BATCH, HOLD_STEP_MS
 
     controller = LengthController(FaserConfig(), window=3, calibration_sweeps=0)
@@ -349,6 +350,10 @@ def test_a_batch_whose_steps_are_long_is_decided_and_priced_every_step():
             controller.observe([0] * len(rids))
         return decisions
 
+    controller.record_step(2, 2, 0, 0, 0, 64, HOLD_STEP_MS / 4)  # a short step of another batch size
+    unpriced = steps(3)
+    assert not any(d.held for d in unpriced) and all(d.sampled for d in unpriced)
+    controller.record_step(len(rids), len(rids), 0, 0, 0, 64, HOLD_STEP_MS / 2)
     assert [d.held for d in steps(4)] == [False, True, True, True]
     controller.record_step(len(rids), len(rids), 0, 0, 0, 64, 2 * HOLD_STEP_MS)
     long = steps(6)
