@@ -214,9 +214,8 @@ class LengthController:
         to ``HOLD_MAX``). Deciding, observing and pricing a step cost a CPU decode step of a small batch 4-5 % (a
         parked step's own cost is a plain decode); a parked batch of ``HOLD_STEP_BATCH`` requests or more whose steps
         take longer than ``HOLD_STEP_MS`` at its batch size (or not priced there yet) is decided and priced every step
-        (adaptive mode). A new request, a new
-        policy or a rejected draft (``observe``) decides at once. The fixed and off modes hold every decision: their
-        lengths depend on the bounds alone.
+        (adaptive mode). A new request, a new policy or a rejected draft (``observe``) decides at once. The fixed and
+        off modes hold every decision: their lengths depend on the bounds alone.
         """
         if is_warmup(rids):
             return self._warmup_step(rids, caps, padded, mixed=not uniform)

@@ -47,7 +47,8 @@ until it never drafts again); a catch-up far dearer than the others predict for 
 that fit until another of its size confirms it.
 
 The linear fit is refitted every ``refit_every`` steps (a refit is a few NNLS solves: every 8 steps they were a
-fifth of FASER's host time in a batch-1 step) and cannot follow what it cannot express (a draft phase whose cost
+fifth of FASER's host time in a batch-1 step), and after ``NEW_BUCKET_STEPS`` steps of a batch size it has not
+fitted (a burst's steps price the burst sooner); it cannot follow what it cannot express (a draft phase whose cost
 is not linear in depth, a machine loaded by other work since the start-up profile). Every step's
 measured time is therefore also compared with the fit's price for its shape: ``residual`` keeps, per batch-size
 bucket and depth, a running mean of log(measured / modelled), and ``step_ms`` multiplies the fit's price by it
