@@ -96,7 +96,7 @@ BORROWED_RIDGE = 1.0
 # not up to ``refit_every`` steps later: until then its steps are priced by other buckets' fits and residuals, and
 # at 32 requests on CPU (bursty 64 req/s) a burst after a quiet spell of two requests priced drafting at 2x a fit
 # made of those two requests' steps and parked for 22 steps at 0.97 tokens/ms; the refit 23 steps in drafted it
-# 3-6 deep at 1.2-1.4
+# 2-6 deep at 1.2-1.4
 NEW_BUCKET_STEPS = 4
 
 
@@ -564,10 +564,9 @@ class StepCostModel:
                 self.verify_coef = fitted
             else:
                 self.draft_coef = fitted
+                self._fitted_buckets = set(batch_bucket(batch).tolist())  # every sample's, kept or not
             self._kept_samples[phase] = (x, y, bucket, weight)
             self._local[phase] = {}
-        self._fitted_buckets = set(batch_bucket(self._prior[DRAFT].arrays()[2]).tolist()) | set(
-            batch_bucket(self._online[DRAFT].arrays()[2]).tolist())
         self._unfitted_steps.clear()
         self._rebase()
 
