@@ -9,6 +9,7 @@ from sglang_faser.spec.acceptance import AcceptanceTracker
 from sglang_faser.spec.cost_model import StepCostModel
 from sglang_faser.spec.config import FaserConfig
 from sglang_faser.spec.controller import MAX_PENDING_STEPS, LengthController
+from sglang_faser.spec.policy import plan_ms
 
 
 def test_depth_is_the_deepest_length_and_counters_add_up():
@@ -93,12 +94,13 @@ def test_drafting_at_a_batch_size_goes_one_depth_deeper_than_its_recent_steps_me
     assert [int(step(both)[:16].min()) for _ in range(5)] == [2, 3, 4, 5, 5]
 
 
-def test_at_batch_one_on_cpu_a_new_request_is_probed_one_draft_deep_and_a_passing_one_deeper_at_once():
+def test_at_batch_one_on_cpu_a_new_request_is_probed_short_and_a_passing_one_deeper_at_once():
     """The tiny cycle pair's measured costs (a draft forward costs about a plain step; one draft does not pay
     even when it passes, five do): after a sure and a doomed request finished, a new request is drafted on hope
-    alone (the posterior means would not draft it), so its first probe is one draft deep; a sure one drafts the
-    window from its second step on, a doomed one is tried one draft deep now and then (a full-depth first probe
-    cost a doomed request several plain steps)."""
+    alone (the posterior means would not draft it), so its first probe is short: two drafts, the shortest that
+    pays on its hopes (one, run before, was priced below a plain step even if it passed); a sure one drafts the
+    window from its third step on, a doomed one is seldom tried again (a full-depth first probe cost a doomed
+    request several plain steps; one-draft probes now and then cost it up to six drafted steps)."""
     cost = StepCostModel(verify_coef=[1.86, 0.0, 0.068, 0.0], draft_coef=[1.27, 1.59, 0.0, 1.93, 0.0])
     controller = LengthController(FaserConfig(max_len=5), window=5, cost=cost, calibration_sweeps=0)
 
@@ -112,9 +114,10 @@ def test_at_batch_one_on_cpu_a_new_request_is_probed_one_draft_deep_and_a_passin
         return lengths
 
     run("warm-sure", True), run("warm-doomed", False)
-    assert run("sure", True) == [1] + [5] * 63
+    sure = run("sure", True)
+    assert sure[0] == 2 and sure[2:] == [5] * 62, sure
     doomed = run("doomed", False)
-    assert doomed[0] == 1 and max(doomed) <= 1 and sum(doomed) <= 6, doomed
+    assert doomed[0] == 2 and sum(doomed) <= 4, doomed
 
 
 def test_after_a_run_of_doomed_requests_new_ones_are_seldom_probed_and_sure_ones_still_are():
@@ -472,7 +475,7 @@ def test_one_requests_hope_drafts_that_request_alone():
     """Three requests whose first two drafts pass 40 % of the time each (the deep cycle pair's fitted costs: on
     their means, drafting does not pay) and a new one: a step that drafts on one request's hope drafts that
     request alone, the others keep their means' length 0. Before, the uniform plan one hope lifted drafted all
-    four (lengths 3, 3, 3, 1 in this sequence)."""
+    four (lengths 3, 3, 3, 1 in this sequence)."""  # the new request's probe: as deep as pays on its hopes
     cost = StepCostModel(verify_coef=[12.41, 0.0, 0.78, 0.0027], draft_coef=[1.40, 4.47, 0.0, 1.72, 0.0])
     controller = LengthController(FaserConfig(max_len=5), window=5, cost=cost, calibration_sweeps=0)
     old, rng = ["a", "b", "c"], np.random.default_rng(0)
@@ -485,7 +488,7 @@ def test_one_requests_hope_drafts_that_request_alone():
         plans.append(decision.lengths.tolist())
         controller.observe(np.zeros(4, dtype=np.int64))
     drafted = [lengths for lengths in plans if any(lengths)]
-    assert drafted and all(lengths == [0, 0, 0, 1] for lengths in drafted), plans
+    assert drafted and all(lengths[:3] == [0, 0, 0] and lengths[3] > 0 for lengths in drafted), plans
 
 
 def test_a_held_decision_reads_neither_context_nor_backlog():
@@ -509,3 +512,26 @@ def test_a_held_decision_reads_neither_context_nor_backlog():
         controller.observe([0])
         assert held.held and not held.lengths.any()
     assert reads == ["context", "backlog"] and not first.held
+
+
+def test_a_probe_is_never_priced_below_parking_on_the_hopes_that_chose_it():
+    """The embedded pair's fitted batch-2 costs on CPU (a draft-extend and the verify's fixed costs are about a
+    plain step: one draft costs twice a parked step, five cost three times) and requests whose drafts pass half the
+    time: a probe cut to one draft (a request in back-off, or a new one hope alone drafts) expected fewer tokens a
+    millisecond than parking, even on the hopes that chose it, and ran; it is now raised to the shortest length
+    that does not, or the batch parks."""
+    cost = StepCostModel(verify_coef=[3.68, 0.12, 0.0155, 0.0004], draft_coef=[1.32, 2.11, 0.37, 1.03, 0.0])
+    controller = LengthController(FaserConfig(max_len=7), window=7, cost=cost, calibration_sweeps=0)
+    rng, context = np.random.default_rng(0), 400
+    parked_ms = float(plan_ms(cost, 2, np.zeros(2, dtype=np.int64), context=context))
+    drafted = []
+    for first in range(0, 12, 2):
+        rids = [f"r{first}", f"r{first + 1}"]
+        for _ in range(64):
+            decision = controller.decide(rids, context=context)
+            if decision.lengths.any():
+                drafted.append(decision.expected_tokens / decision.expected_ms)
+            controller.observe([int(np.argmin(np.append(rng.random(k) < 0.5, False))) for k in decision.lengths])
+        for rid in rids:
+            controller.forget(rid)
+    assert drafted and min(drafted) >= 2 / parked_ms, (len(drafted), min(drafted), 2 / parked_ms)
