@@ -11,7 +11,8 @@ Sub-batching a decode forward needs the attention backend's per-step tables sub-
 intel_amx multi-step draft backend (``touchpoints.run_draft_subset``). Elsewhere every request is drafted to depth
 d. The path is what ran: "cut" once a forward skipped a request through a sub-set table, "full-depth" when a
 forward that could have skipped someone ran whole, or when no forward reached the hook at all although the step
-needed some (CUDA-graph replay drafts inside the graph), and None when the step needed no draft forward.
+needed some (CUDA-graph replay drafts inside the graph), and None when the step needed no draft forward or ran
+no hook (every request drafted the whole depth: nothing to cut, nothing learnt about cutting).
 """
 
 from __future__ import annotations
@@ -41,8 +42,12 @@ class DraftSchedule:
 
 
 class DraftCut:
-    def __init__(self, schedule: DraftSchedule, depth: int):
+    """``hooked``: its ``hook`` wraps the step's draft forwards; a step whose every request drafts the whole depth
+    runs SGLang's draft loop without it (``FaserEngine._whole_window``), and its path says nothing."""
+
+    def __init__(self, schedule: DraftSchedule, depth: int, hooked: bool = True):
         self.schedule = schedule
+        self.hooked = hooked
         self.forwards_needed = max(depth - 1, 0)  # SGLang runs depth - 1 draft forwards
         self.step = 0
         self.rows = 0  # draft rows computed (one per request per forward)
@@ -56,7 +61,7 @@ class DraftCut:
 
     @property
     def path(self) -> str | None:
-        if self.forwards_needed == 0:
+        if self.forwards_needed == 0 or not self.hooked:
             return None
         if self.step == 0 or self.ran_whole:
             return "full-depth"
