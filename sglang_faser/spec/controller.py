@@ -130,6 +130,12 @@ class LengthCounters:
             grow = depth - len(self.proposed_by_position)
             self.proposed_by_position.extend([0] * grow)
             self.accepted_by_position.extend([0] * grow)
+        if len(lengths) == 1:  # batch 1: plain Python
+            for j in range(depth):
+                self.proposed_by_position[j] += 1
+            for j in range(min(int(accepted[0]), depth)):
+                self.accepted_by_position[j] += 1
+            return
         positions = np.arange(depth)
         proposed = np.count_nonzero(lengths[:, None] > positions, axis=0).tolist()
         passed = np.count_nonzero(accepted[:, None] > positions, axis=0).tolist()

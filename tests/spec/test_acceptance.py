@@ -249,3 +249,22 @@ def test_a_forgotten_request_seen_again_is_tracked_anew():
     tracker.observe(["b"], np.array([3]), np.array([0]))  # b takes the next free row
     rows = tracker.rows_for(["a", "b"])
     assert rows[0] != rows[1]
+
+
+def test_one_request_alone_is_observed_as_it_would_be_in_a_batch():
+    """Batch 1 takes a scalar path (``_observe_one``); a request's evidence must come out the same as when the array
+    path observes it beside another request: counts, back-off, idle positions and the short-probe flag."""
+    alone, batched = AcceptanceTracker(max_len=5), AcceptanceTracker(max_len=5)
+    rng = np.random.default_rng(1)
+    alone.probed_short(["a"], np.array([True]))
+    batched.probed_short(["a", "b"], np.array([True, False]))
+    for _ in range(200):
+        k = int(rng.integers(0, 6))
+        passed = int(rng.integers(0, k + 1))
+        alone.observe(["a"], np.array([k]), np.array([passed]))
+        batched.observe(["a", "b"], np.array([k, 1]), np.array([passed, 0]))
+        ra, rb = alone.rows_for(["a"])[0], batched.rows_for(["a", "b"])[0]
+        assert np.allclose(alone._counts[:, ra], batched._counts[:, rb])
+        assert alone._backoff[ra] == batched._backoff[rb] and alone._short[ra] == batched._short[rb]
+        assert np.array_equal(alone._idle[ra], batched._idle[rb])
+    assert alone.estimates(["a"])[1].tolist() == batched.estimates(["a", "b"])[1][:1].tolist()
