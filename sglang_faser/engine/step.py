@@ -50,8 +50,8 @@ from sglang_faser.engine.step_trace import StepTrace
 from sglang_faser.engine.verify import RaggedVerifier
 from sglang_faser.spec.config import FaserConfig
 from sglang_faser.spec.controller import LengthController, LengthCounters, StepDecision
-from sglang_faser.spec.frontier import frontier_bounds
 from sglang_faser.spec.cost_model import DRAFT, VERIFY
+from sglang_faser.spec.frontier import frontier_bounds
 from sglang_faser.spec.request_params import parse_or_none
 from sglang_faser.spec.telemetry import TelemetryRecorder, subtract
 from sglang_faser.spec.warmup import is_warmup

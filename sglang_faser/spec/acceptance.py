@@ -321,6 +321,7 @@ class AcceptanceTracker:
                 [np.ones_like(rate), rate, rate * rate])
             self._free.append(row)
 
+
 def _as_slice(rows: np.ndarray) -> slice | np.ndarray:
     """``rows`` as a slice where they are consecutive (indexing by it gives views, no copies), else as they are."""
     first, n = int(rows[0]), len(rows)
