@@ -474,8 +474,8 @@ def test_a_start_up_sweep_sample_read_steps_late_still_joins_the_prior():
 def test_one_requests_hope_drafts_that_request_alone():
     """Three requests whose first two drafts pass 40 % of the time each (the deep cycle pair's fitted costs: on
     their means, drafting does not pay) and a new one: a step that drafts on one request's hope drafts that
-    request alone, the others keep their means' length 0. Before, the uniform plan one hope lifted drafted all
-    four (lengths 3, 3, 3, 1 in this sequence)."""  # the new request's probe: as deep as pays on its hopes
+    request alone, the others keep their means' length 0 (and its probe is as deep as pays on its hopes). Before,
+    the uniform plan one hope lifted drafted all four (lengths 3, 3, 3, 1 in this sequence)."""
     cost = StepCostModel(verify_coef=[12.41, 0.0, 0.78, 0.0027], draft_coef=[1.40, 4.47, 0.0, 1.72, 0.0])
     controller = LengthController(FaserConfig(max_len=5), window=5, cost=cost, calibration_sweeps=0)
     old, rng = ["a", "b", "c"], np.random.default_rng(0)
@@ -516,7 +516,7 @@ def test_a_held_decision_reads_neither_context_nor_backlog():
 
 def test_a_probe_is_never_priced_below_parking_on_the_hopes_that_chose_it():
     """The embedded pair's fitted batch-2 costs on CPU (a draft-extend and the verify's fixed costs are about a
-    plain step: one draft costs twice a parked step, five cost three times) and requests whose drafts pass half the
+    plain step: a step one draft deep costs 1.7x a parked one, five deep 2.8x) and requests whose drafts pass half the
     time: a probe cut to one draft (a request in back-off, or a new one hope alone drafts) expected fewer tokens a
     millisecond than parking, even on the hopes that chose it, and ran; it is now raised to the shortest length
     that does not, or the batch parks."""
