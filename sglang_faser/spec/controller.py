@@ -35,8 +35,9 @@ request's hopes along the rest of its chain (``probed_short``), so a sure reques
 and a doomed one pays a one-draft step instead of a full-depth one (several plain steps at small batches on CPU).
 A probe is never priced below not probing on the hopes that chose it: cut to one draft where that would be, it
 is raised to the shortest length that is not, or not run.
-The cost side probes alike (``_priced_short``): a step drafts at most one deeper than the deepest depth recent
-steps of its batch size measured, so each depth is priced by its own steps before a deeper one is tried.
+The cost side probes alike (``_priced_limit``): a step drafts at most one deeper than the deepest depth recent
+steps of its batch size measured, so each depth is priced by its own steps before a deeper one is tried; it runs
+the optimum within that depth, not a deeper plan cut to it.
 """
 
 from __future__ import annotations
@@ -261,8 +262,13 @@ class LengthController:
         plan = self.policy.plan(probs, limit, mins, self.cost, uniform=uniform, weights=weights, context=context,
                                 resume_ms=resume, sure_probs=means)
         if self.config.mode is Mode.ADAPTIVE and plan.lengths.any():
-            plan = self._as_probe(rids, plan, probs, means, limit, mins, uniform, weights, context, resume)
-            plan = self._priced_short(plan, probs, mins, uniform, context, resume)
+            priced = self._priced_limit(plan, limit, mins)
+            if priced is not None:  # the optimum within the depths this batch size measured, and one deeper
+                plan = self.policy.plan(probs, priced, mins, self.cost, uniform=uniform, weights=weights,
+                                        context=context, resume_ms=resume, sure_probs=means)
+            if plan.lengths.any():
+                plan = self._as_probe(rids, plan, probs, means, limit if priced is None else priced, mins, uniform,
+                                      weights, context, resume)
         lengths = plan.lengths
         c = self.counters
         calibration = self.calibrating and not padded and self.config.mode is Mode.ADAPTIVE
@@ -338,27 +344,28 @@ class LengthController:
                 return StepPlan(without, base_tokens, base_ms)
             lengths = lengths + deeper
 
-    def _priced_short(self, plan: StepPlan, probs, mins, uniform: bool, context: int, resume) -> StepPlan:
-        """The plan at most one draft deeper than the deepest depth recent steps of its batch size measured (the
-        cost-side probe, as ``_as_probe`` is the acceptance side's): a depth not run at a batch size takes its
-        price from the depths that were, and the fit's error grows with depth. At 32 requests on CPU one draft
-        cost 1.2x a parked step where three cost 3x, while the fit, fitted on smaller batches, priced them alike:
-        drafting there started three deep and stayed there; with every depth tried at once, each deeper one
-        cost a step of its own. Probed one deeper at a time, each depth is priced by its own steps before the
-        next is tried."""
+    def _priced_limit(self, plan: StepPlan, limit: np.ndarray, mins: np.ndarray) -> np.ndarray | None:
+        """``limit`` capped at one draft deeper than the deepest depth recent steps of this batch size measured, where
+        ``plan`` drafts deeper (None: it does not; the cost-side probe, as ``_as_probe`` is the acceptance side's): a
+        depth not run at a batch size takes its price from the depths that were, and the fit's error grows with
+        depth. At 32 requests on CPU one draft cost 1.2x a parked step where three cost 3x, while the fit, fitted on
+        smaller batches, priced them alike: drafting there started three deep and stayed there; with every depth
+        tried at once, each deeper one cost a step of its own. Probed one deeper at a time, each depth is priced by
+        its own steps before the next is tried. The step then runs the optimum within the cap (parking included),
+        not the deeper plan cut to it: cut, a plan could price below parking and ran (Gamma 64 on CPU, 32 requests:
+        a plan drafting deeper on extrapolated prices cut to one draft, 1.25 tokens/ms expected against parking's
+        1.97, then to two, 1.4-1.9, for a whole burst)."""
         priced = self.cost.priced_depth(len(plan.lengths))
         if priced is None and self._sweep_cut:  # no step measured yet, and the prior holds what a few requests cost
             priced = 0
         if priced is None or plan.lengths.max(initial=0) <= priced + 1:
-            return plan
-        lengths = np.maximum(np.minimum(plan.lengths, priced + 1), mins)
-        expected = evaluate(probs, lengths, self.cost, uniform, context, resume) if self.explain else (0.0, 0.0)
-        return StepPlan(lengths, *expected)
+            return None
+        return np.maximum(np.minimum(limit, priced + 1), mins)
 
     def _end_sweep(self) -> None:
         """The start-up sweep ends before its last depth: the depths it measured are the prior (fitted now; a step's
         samples arrive before the next decision on CPU), the others are priced online as the policy reaches them,
-        one deeper at a time (``_priced_short``), from the first step on: the large batch's own first plan, priced
+        one deeper at a time (``_priced_limit``), from the first step on: the large batch's own first plan, priced
         on a few requests' sweep, drafted 3 deep at 48 requests for a whole burst at 0.65 tokens/ms against a
         parked step's 1.0. The first ``warm_steps`` still only warm up."""
         self.calibration_steps = max(self.counters.steps, self.warm_steps)

@@ -535,3 +535,24 @@ def test_a_probe_is_never_priced_below_parking_on_the_hopes_that_chose_it():
         for rid in rids:
             controller.forget(rid)
     assert drafted and min(drafted) >= 2 / parked_ms, (len(drafted), min(drafted), 2 / parked_ms)
+
+
+def test_a_batch_size_priced_only_parked_runs_the_best_plan_within_one_draft_not_a_deeper_one_cut_to_it():
+    """32 sure requests at a batch size whose steps have all been parked: the optimum over every depth drafts five
+    deep (a draft-extend's fixed cost is large, each draft after it cheap), a depth not measured there yet, so the
+    step may draft one deep at most. One draft a request prices below parking (a fixed cost for one token); the
+    deeper plan cut to one draft ran anyway (Gamma 64 on CPU: 1.25 tokens/ms expected against parking's 1.97). The
+    step now runs the optimum within one draft: parking."""
+    cost = StepCostModel(verify_coef=[10.0, 0.1, 0.01, 0.0], draft_coef=[1.0, 15.0, 0.0, 0.5, 0.0])
+    controller = LengthController(FaserConfig(max_len=5), window=5, cost=cost, calibration_sweeps=0)
+    rids = [f"r{i}" for i in range(32)]
+    for _ in range(30):  # their record: every draft passes
+        controller.tracker.observe(rids, proposed=np.full(32, 5), accepted=np.full(32, 5))
+    parked = cost.modelled_step_ms(32, 32, 0, 0, 0, 0)
+    for _ in range(4):  # parked steps of 32, as the fit prices them
+        cost.record_step(32, 0, parked, parked, shape=(32, 0, 0, 0))
+    assert controller.cost.priced_depth(32) == 0
+    decision = controller.decide(rids)
+    parked_ms = float(plan_ms(cost, 32, np.zeros(32, dtype=np.int64)))
+    assert not decision.lengths.any(), (decision.lengths.max(), decision.expected_tokens / decision.expected_ms,
+                                        32 / parked_ms)
