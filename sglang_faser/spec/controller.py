@@ -259,19 +259,16 @@ class LengthController:
         probs = _explore_few(means, hopes, EXPLORED_PER_STEP)
         weights = None if critical is None else np.where(critical, self.config.latency_weight, 1.0)
         resume = None if backlog is None else self.cost.catch_up_ms(backlog) / RESUME_HORIZON
-        plan = self.policy.plan(probs, limit, mins, self.cost, uniform=uniform, weights=weights, context=context,
+        adaptive = self.config.mode is Mode.ADAPTIVE
+        # planned within the depths this batch size measured and one deeper; ``limit`` stays the requests' own bounds
+        planned = self._priced_limit(limit, mins) if adaptive else limit
+        plan = self.policy.plan(probs, planned, mins, self.cost, uniform=uniform, weights=weights, context=context,
                                 resume_ms=resume, sure_probs=means)
-        if self.config.mode is Mode.ADAPTIVE and plan.lengths.any():
-            priced = self._priced_limit(plan, limit, mins)
-            if priced is not None:  # the optimum within the depths this batch size measured, and one deeper
-                plan = self.policy.plan(probs, priced, mins, self.cost, uniform=uniform, weights=weights,
-                                        context=context, resume_ms=resume, sure_probs=means)
-            if plan.lengths.any():
-                plan = self._as_probe(rids, plan, probs, means, limit if priced is None else priced, mins, uniform,
-                                      weights, context, resume)
+        if adaptive and plan.lengths.any():
+            plan = self._as_probe(rids, plan, probs, means, planned, mins, uniform, weights, context, resume)
         lengths = plan.lengths
         c = self.counters
-        calibration = self.calibrating and not padded and self.config.mode is Mode.ADAPTIVE
+        calibration = self.calibrating and not padded and adaptive
         if calibration:
             # start-up profile of the draft side: the first steps sweep every depth with uniform lengths, so the
             # cost model's prior holds real draft and draft-extend times of this machine at each depth
@@ -281,8 +278,7 @@ class LengthController:
         self._enqueue(rids, lengths, parked)
         decision = StepDecision(lengths, depth, calibration, plan.expected_tokens, plan.expected_ms,
                                 means=means if self.explain else None)
-        bounded = self.config.mode is not Mode.ADAPTIVE or ((lengths == 0) | (lengths == limit)).all()
-        adaptive = self.config.mode is Mode.ADAPTIVE
+        bounded = not adaptive or ((lengths == 0) | (lengths == limit)).all()
         long_steps = batch >= HOLD_STEP_BATCH and self._step_ms.get(bucket_of(batch), HOLD_STEP_MS + 1) > HOLD_STEP_MS
         holds = bounded and not calibration and not (adaptive and parked and long_steps)
         self._held = ((shape, dataclasses.replace(decision, held=True, sampled=False), hold - 1, hold, parked)
@@ -344,22 +340,22 @@ class LengthController:
                 return StepPlan(without, base_tokens, base_ms)
             lengths = lengths + deeper
 
-    def _priced_limit(self, plan: StepPlan, limit: np.ndarray, mins: np.ndarray) -> np.ndarray | None:
-        """``limit`` capped at one draft deeper than the deepest depth recent steps of this batch size measured, where
-        ``plan`` drafts deeper (None: it does not; the cost-side probe, as ``_as_probe`` is the acceptance side's): a
-        depth not run at a batch size takes its price from the depths that were, and the fit's error grows with
-        depth. At 32 requests on CPU one draft cost 1.2x a parked step where three cost 3x, while the fit, fitted on
-        smaller batches, priced them alike: drafting there started three deep and stayed there; with every depth
-        tried at once, each deeper one cost a step of its own. Probed one deeper at a time, each depth is priced by
-        its own steps before the next is tried. The step then runs the optimum within the cap (parking included),
-        not the deeper plan cut to it: cut, a plan could price below parking and ran (Gamma 64 on CPU, 32 requests:
-        a plan drafting deeper on extrapolated prices cut to one draft, 1.25 tokens/ms expected against parking's
-        1.97, then to two, 1.4-1.9, for a whole burst)."""
-        priced = self.cost.priced_depth(len(plan.lengths))
+    def _priced_limit(self, limit: np.ndarray, mins: np.ndarray) -> np.ndarray:
+        """``limit`` capped at one draft deeper than the deepest depth recent steps of this batch size measured (the
+        cost-side probe, as ``_as_probe`` is the acceptance side's; the requests' own bounds, which decide whether a
+        batch is held, stay ``limit``): a depth not run at a batch size takes its price from the depths that were,
+        and the fit's error grows with depth. At 32 requests on CPU one draft cost 1.2x a parked step where three
+        cost 3x, while the fit, fitted on smaller batches, priced them alike: drafting there started three deep and
+        stayed there; with every depth tried at once, each deeper one cost a step of its own. Probed one deeper at a
+        time, each depth is priced by its own steps before the next is tried. The policy plans within the cap
+        (parking included): the optimum over every depth cut to it could price below parking and ran (Gamma 64 on
+        CPU, 32 requests: a plan drafting deeper on extrapolated prices cut to one draft, 1.25 tokens/ms expected
+        against parking's 1.97, then to two, 1.4-1.9, for a whole burst)."""
+        priced = self.cost.priced_depth(len(limit))
         if priced is None and self._sweep_cut:  # no step measured yet, and the prior holds what a few requests cost
             priced = 0
-        if priced is None or plan.lengths.max(initial=0) <= priced + 1:
-            return None
+        if priced is None or limit.max(initial=0) <= priced + 1:
+            return limit
         return np.maximum(np.minimum(limit, priced + 1), mins)
 
     def _end_sweep(self) -> None:
