@@ -230,6 +230,8 @@ def write_results(args, workloads, runs, failed_configs, began, final):
             "algorithm": args.algorithm, "window": args.window, "model": args.model_path or "embedded default",
             "server_args": args.server_arg, "synthetic_acceptance": args.synthetic, "failed_configs": failed_configs,
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset"),  # the servers inherit it
+            # the step trace is FASER's own host work (a JSON line a step): it slows FASER's servers alone
+            "step_trace": os.environ.get("SGLANG_FASER_STEP_TRACE"),
             "serving_time_compiles": serving_compiles(args, sorted({name for _, name, _ in runs})),
             "minutes": round((time.time() - began) / 60, 1), "complete": final}
     args.out_dir.mkdir(parents=True, exist_ok=True)

@@ -29,6 +29,9 @@ def markdown(results: dict, meta: dict) -> str:
         found = ", ".join(f"{name} {c['count']} ({c['seconds']:.2f} s)" for name, c in compiles.items())
         lines += [f"Triton compiles after the server was up (each configuration's last server; they stall its "
                   f"steps): {found}", ""]
+    if meta.get("step_trace"):
+        lines += ["**FASER's servers wrote a step trace** (`SGLANG_FASER_STEP_TRACE`): its host work slowed them "
+                  "alone, so FASER's figures here understate it.", ""]
     lines += regret(results)
     for arrivals, table in results.items():
         for rate in sorted({r for runs in table.values() for r in runs}, key=rate_order):

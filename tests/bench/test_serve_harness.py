@@ -161,7 +161,7 @@ def test_report_orders_rates_numerically_and_labels_synthetic_runs(tmp_path):
     assert (tmp_path / "p.png").stat().st_size > 10_000
 
 
-def test_serving_time_compiles_are_counted_from_each_servers_log_and_reported(tmp_path):
+def test_serving_time_compiles_and_a_step_trace_are_reported(tmp_path):
     from types import SimpleNamespace
 
     from benchmarks import serve_bench
@@ -179,6 +179,9 @@ def test_serving_time_compiles_are_counted_from_each_servers_log_and_reported(tm
     text = report.markdown({"poisson": {"faser": {"2.0": row}}}, {"serving_time_compiles": compiles})
     assert "Triton compiles after the server was up (each configuration's last server" in text
     assert "faser 2 (1.27 s)" in text and "no-spec 0" not in text
+    assert "step trace" not in text
+    traced = report.markdown({"poisson": {"faser": {"2.0": row}}}, {"step_trace": "/tmp/steps.jsonl"})
+    assert "**FASER's servers wrote a step trace**" in traced
 
 
 def test_lossless_check_counts_outputs_equal_to_no_spec_and_drops_the_texts():

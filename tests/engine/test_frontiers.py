@@ -71,12 +71,16 @@ def test_held_at_the_window_faser_drafts_what_stock_sglang_drafts(trained, engin
     """FASER's own draft path (depth tiers, draft sub-batches, ragged verify, the draft-extend's LM head run on each
     request's last accepted row only: ``touchpoints._SelectedRowsExtend``) held at stock SGLang's length proposes
     stock SGLang's drafts: in one batch every request has as many drafts accepted in as many steps. A wrong row of
-    the extend's output (the next draft token, EAGLE's feature) costs acceptance here."""
+    the extend's output (the next draft token, EAGLE's feature) costs acceptance here. Every request drafts the
+    step's whole depth, so every step runs SGLang's own draft loop, never the draft cut's hook (``draft_path``
+    stays "none": ``FaserEngine._whole_window``)."""
     input_ids = [trained.tokenizer(p).input_ids for p in PROMPTS]
     expected = engine_pool.get("stock-pair-EAGLE", **_pair(trained, "EAGLE")).generate(
         input_ids=input_ids, sampling_params=GREEDY)
-    outs = engine_pool.get("fixed3-pair-EAGLE", faser=FaserConfig(mode="fixed", fixed_len=3),
-                           **_pair(trained, "EAGLE")).generate(input_ids=input_ids, sampling_params=GREEDY)
+    engine = engine_pool.get("fixed3-pair-EAGLE", faser=FaserConfig(mode="fixed", fixed_len=3),
+                             **_pair(trained, "EAGLE"))
+    outs = engine.generate(input_ids=input_ids, sampling_params=GREEDY)
+    assert _faser_report(engine)["draft_path"] == "none"
     assert sum(out["meta_info"]["spec_num_correct_drafts"] for out in outs) > len(outs)
     for want, out in zip(expected, outs):
         assert out["output_ids"] == want["output_ids"]
