@@ -87,7 +87,10 @@ def test_summary_and_ratios():
              "fixed-1": {"1": {"output_tokens_per_s": 8.0, "e2e_s": {"p99": 3.0}, "tpot_s": {"p50": 0.009}}},
              "fixed-3": {"1": {"output_tokens_per_s": 12.0, "e2e_s": {"p99": 1.0}, "tpot_s": {"p50": float("nan")}}},
              "sglang-adaptive": {"1": {"output_tokens_per_s": 13.0, "e2e_s": {"p99": 1.0}}},
-             "faser": {"1": {"output_tokens_per_s": 15.0, "e2e_s": {"p99": 1.0}, "tpot_s": {"p50": 0.010}}}}
+             "faser": {"1": {"output_tokens_per_s": 15.0, "e2e_s": {"p99": 1.0}, "tpot_s": {"p50": 0.010},
+                             "repeats_tokens_per_s": [15.0, 14.0, 16.0]}}}
+    table["sglang-adaptive"]["1"]["repeats_tokens_per_s"] = [13.0, 12.0, 14.5]
+    table["fixed-3"]["1"]["repeats_tokens_per_s"] = [11.5, 11.0, 11.8]
     metrics.add_ratios(table)
     faser = table["faser"]["1"]
     assert faser["best_fixed"] == "fixed-3"
@@ -99,7 +102,13 @@ def test_summary_and_ratios():
     assert table["fixed-3"]["1"]["tpot_vs_fastest_other"] is None
     from benchmarks.serve.report import regret
 
-    assert "| poisson 1 | 1.15x | sglang-adaptive | 0.90x | fixed-1 |" in regret({"poisson": table})
+    assert "| poisson 1 | 1.15x | sglang-adaptive | overlap | 0.90x | fixed-1 |" in regret({"poisson": table})
+    # every repeat below (or above) every repeat of the best other; no repeats: not told
+    assert table["fixed-3"]["1"]["repeats_vs_best_other"] == "below"
+    table["sglang-adaptive"]["1"]["repeats_tokens_per_s"] = [13.0, 12.0, 13.5]
+    metrics.add_ratios(table)
+    assert table["faser"]["1"]["repeats_vs_best_other"] == "above"
+    assert table["no-spec"]["1"]["repeats_vs_best_other"] is None
 
 
 def test_repeats_report_the_median_run():
