@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             server.start()
         # each server's first batch of each size pays one-off costs (with two threads a first repeat took 85-104
         # ms a token against 4-6 after it, and the median of three was then the slower of the other two)
-        for name, server in servers.items():
+        for server in servers.values():
             for batch in args.batch_sizes:
                 decode_step_ms(server.url, batch, 8)
         for repeat in range(args.repeats):

@@ -68,12 +68,12 @@ def test_frontier_greedy_output_equals_hf(algorithm, frontier, overlap, trained,
 
 
 def test_held_at_the_window_faser_drafts_what_stock_sglang_drafts(trained, engine_pool):
-    """FASER's own draft path (depth tiers, draft sub-batches, ragged verify, the draft-extend's LM head run on each
-    request's last accepted row only: ``touchpoints._SelectedRowsExtend``) held at stock SGLang's length proposes
-    stock SGLang's drafts: in one batch every request has as many drafts accepted in as many steps. A wrong row of
-    the extend's output (the next draft token, EAGLE's feature) costs acceptance here. Every request drafts the
-    step's whole depth, so every step runs SGLang's own draft loop, never the draft cut's hook (``draft_path``
-    stays "none": ``FaserEngine._whole_window``)."""
+    """FASER's own path (depth tiers, the draft-extend's LM head run on each request's last accepted row only:
+    ``touchpoints._SelectedRowsExtend``) held at stock SGLang's length proposes stock SGLang's drafts: in one batch
+    every request has as many drafts accepted in as many steps. A wrong row of the extend's output (the next draft
+    token, EAGLE's feature) costs acceptance here. Every request drafts the step's whole depth, so every step runs
+    SGLang's own draft loop and single verify pass, never the draft cut's hook (``draft_path`` stays "none":
+    ``FaserEngine._whole_window``); the draft cut and the ragged verifier run in the frontier tests below."""
     input_ids = [trained.tokenizer(p).input_ids for p in PROMPTS]
     expected = engine_pool.get("stock-pair-EAGLE", **_pair(trained, "EAGLE")).generate(
         input_ids=input_ids, sampling_params=GREEDY)
