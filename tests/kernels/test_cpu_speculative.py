@@ -60,7 +60,8 @@ def test_build_draft_decode_metadata_hand_case():
     req_pool_indices = torch.tensor([2, 0])
     seq_lens = torch.tensor([3, 1])
     table = build_draft_decode_metadata_cpu(req_to_token, req_pool_indices, seq_lens, 2, 2, pool_len)
-    assert table.dtype == torch.int32 and table.shape == (4, pool_len)
+    # as wide as the longest row (3 + 2 drafts), not the pool's context
+    assert table.dtype == torch.int32 and table.shape == (4, 5)
     # Row b*topk + k = prefix row_b[:s] then row_b[s + 2k : s + 2k + 2]; the rest is undefined (zero here).
     expected_defined = [
         [20, 21, 22, 23, 24],
@@ -72,20 +73,25 @@ def test_build_draft_decode_metadata_hand_case():
         assert table[r, : len(values)].tolist() == values
 
 
-def test_build_draft_decode_metadata_matches_loop_reference():
+@pytest.mark.parametrize("topk,num_steps,seq", [(3, 2, [7, 0, 17]), (1, 4, [7, 0, 17]), (1, 3, [21, 2, 5]),
+                                                (2, 3, [20, 4, 9])])
+def test_build_draft_decode_metadata_matches_loop_reference(topk, num_steps, seq):
+    """Every defined column against the loop, with rows whose drafts reach the pool's end (clamped there)."""
     gen = torch.Generator().manual_seed(5)
-    pool_len, topk, num_steps = 24, 3, 2
+    pool_len = 24
     req_to_token = torch.randperm(5 * pool_len, generator=gen).to(torch.int32).view(5, pool_len)
     req_pool_indices = torch.tensor([4, 1, 2])
-    seq_lens = torch.tensor([7, 0, 17])
+    seq_lens = torch.tensor(seq)
     table = build_draft_decode_metadata_cpu(
         req_to_token, req_pool_indices, seq_lens, topk, num_steps, pool_len
     )
     for b in range(3):
         row, s = req_to_token[int(req_pool_indices[b])], int(seq_lens[b])
         for k in range(topk):
-            ref = torch.cat([row[:s], row[s + k * num_steps : s + (k + 1) * num_steps]])
-            assert torch.equal(table[b * topk + k, : s + num_steps], ref)
+            ref = torch.cat([row[:s], row[s + k * num_steps : s + (k + 1) * num_steps]])[:pool_len]
+            assert torch.equal(table[b * topk + k, : len(ref)], ref)
+            assert not table[b * topk + k, s + num_steps:].any()
+    assert table.shape[1] == min(pool_len, max(seq) + num_steps)
 
 
 def test_rotate_input_ids_raises_clearly():
