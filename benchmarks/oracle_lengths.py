@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.ab_servers import start_servers, stop_servers, workload_requests  # noqa: E402
+from benchmarks.serve import telemetry  # noqa: E402
 from benchmarks.serve.driver import drive  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -73,10 +74,15 @@ def main() -> None:
     runs = [(config, None) for config in args.baselines] + [(ORACLE, plan) for plan in plans]
     servers = start_servers([(config, "new") for config in dict.fromkeys(c for c, _ in runs)], args.workload, None)
     rates: dict[str, list[float]] = {}
+    steps: dict[str, list[dict]] = {}  # FASER's worker: each repeat's decode step, by phase (its telemetry)
     try:
-        def once(config: str, plan) -> float:
-            results, wall = drive(servers[config, "new"].url, plan_requests(requests, plan), None,
-                                  max_concurrency=concurrency)
+        def once(config: str, plan, name: str | None = None) -> float:
+            url = servers[config, "new"].url
+            before = telemetry.read_step_phases(url) if name else None
+            results, wall = drive(url, plan_requests(requests, plan), None, max_concurrency=concurrency)
+            delta = telemetry.step_phases_delta(before, telemetry.read_step_phases(url)) if name else None
+            if delta:
+                steps.setdefault(name, []).append(delta)
             return sum(r.output_tokens for r in results) / wall
 
         for config, plan in runs:  # warm-up (FASER's start-up sweep), not measured
@@ -84,14 +90,31 @@ def main() -> None:
         for repeat in range(args.repeats):
             for config, plan in runs if repeat % 2 == 0 else runs[::-1]:
                 name = config if plan is None else "/".join(map(str, plan))
-                rates.setdefault(name, []).append(once(config, plan))
+                rates.setdefault(name, []).append(once(config, plan, name))
                 print(f"[oracle] repeat {repeat} {name:10s} {rates[name][-1]:7.1f} tok/s", flush=True)
     finally:
         stop_servers(servers)
-    report(args, rates)
+    report(args, rates, steps)
 
 
-def report(args, rates: dict[str, list[float]]) -> None:
+def step_table(steps: dict[str, list[dict]]) -> list[str]:
+    """What one decode step of each FASER run held and cost, by phase (medians over repeats): whether a plan that
+    verifies fewer rows runs a cheaper step on this machine."""
+    if not steps:
+        return []
+    cols = ("requests", "verified", *(f"{p}_ms" for p in telemetry.PHASES))
+    lines = ["", "one decode step of FASER's worker (its telemetry; medians over repeats): requests, verified rows, "
+             "milliseconds per phase", "", "| run | " + " | ".join(cols) + " | step ms |",
+             "|---" * (len(cols) + 2) + "|"]
+    for name, deltas in steps.items():
+        values = [statistics.median(d[c] for d in deltas) for c in cols]
+        total = statistics.median(sum(d[f"{p}_ms"] for p in telemetry.PHASES) for d in deltas)
+        lines.append(f"| {name} | " + " | ".join(f"{v:.1f}" if i < 2 else f"{v:.2f}" for i, v in enumerate(values))
+                     + f" | {total:.2f} |")
+    return lines
+
+
+def report(args, rates: dict[str, list[float]], steps: dict[str, list[dict]] | None = None) -> None:
     def ratio(a: str, b: str) -> float:
         return statistics.median(x / y for x, y in zip(rates[a], rates[b]))
 
@@ -118,12 +141,13 @@ def report(args, rates: dict[str, list[float]]) -> None:
         lines.append(f"FASER's adaptive policy against the best SGLang configuration ({top_stock}): "
                      f"{ratio('faser', top_stock):.3f}x; against the best plan ({best(plans)}): "
                      f"{ratio('faser', best(plans)):.3f}x")
+    lines += step_table(steps or {})
     text = "\n".join(lines) + "\n"
     print("\n" + text)
     tag = args.tag or args.workload
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"oracle_lengths_{tag}.json").write_text(json.dumps({"meta": vars(args), "repeats_tok_per_s": rates},
-                                                                    indent=1) + "\n")
+    (RESULTS / f"oracle_lengths_{tag}.json").write_text(json.dumps(
+        {"meta": vars(args), "repeats_tok_per_s": rates, "repeats_per_step": steps or {}}, indent=1) + "\n")
     (RESULTS / f"oracle_lengths_{tag}.md").write_text(text)
 
 

@@ -264,3 +264,23 @@ def test_max_concurrency_bounds_the_requests_in_flight_and_custom_params_reach_t
     finally:
         asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
+
+
+def test_step_phases_per_decode_step_and_the_oracle_table():
+    """Two reads of the counters and phase seconds give one decode step's rows and milliseconds by phase; the
+    oracle reports their medians over repeats."""
+    from benchmarks.oracle_lengths import step_table
+    from benchmarks.serve.telemetry import step_phases_delta
+
+    def read(steps, requests, verified, busy):
+        return {"counters": {"steps": steps, "requests": requests, "verified": verified},
+                "busy_s": dict(zip(("draft", "verify", "draft_extend", "schedule"), busy))}
+
+    delta = step_phases_delta(read(10, 100, 200, (1.0, 2.0, 0.5, 0.1)), read(20, 260, 520, (1.1, 2.3, 0.6, 0.12)))
+    assert delta["steps"] == 10 and delta["requests"] == 16 and delta["verified"] == 32
+    assert delta["verify_ms"] == pytest.approx(30.0) and delta["schedule_ms"] == pytest.approx(2.0)
+    assert step_phases_delta(read(10, 0, 0, (0,) * 4), read(10, 0, 0, (0,) * 4)) is None  # no decode step ran
+    assert step_phases_delta(None, read(1, 1, 1, (0,) * 4)) is None
+    lines = step_table({"2/1": [delta, {**delta, "verify_ms": 50.0}, {**delta, "verify_ms": 10.0}]})
+    assert lines[-1] == "| 2/1 | 16.0 | 32.0 | 10.00 | 30.00 | 10.00 | 2.00 | 52.00 |"
+    assert step_table({}) == []

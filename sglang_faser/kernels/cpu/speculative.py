@@ -56,10 +56,10 @@ def build_draft_decode_metadata_cpu(
     ``IntelAMXMultiStepDraftBackend`` (``srt/layers/attention/intel_amx_backend.py:438``), which indexes it
     with ``arange(bs * topk)`` and per-branch ``seq_lens + step + 1``. Same dtype as ``req_to_token``.
 
-    ``width`` is the longest row's end, ``max(seq_lens) + num_steps`` (at most ``pool_len``): the decode kernel
-    reads a row up to its sequence length only, and ``pool_len`` (the model's whole context) made the table 8-10x
-    wider than any row at the embedded default's prompts (1.3 ms a draft step at 16 requests, a fifth of the
-    draft forward).
+    ``width`` is the longest row's end, ``max(seq_lens) + num_steps`` (at most ``pool_len``): the decode
+    kernel reads a row up to its sequence length only, and ``pool_len`` (the model's whole context) made the
+    table 8-10x wider than any row at the embedded default's prompts (300 us against 53 at 16 requests in
+    isolation; the draft phase of a depth-2 step at 16 requests about 5 % shorter).
     """
     bs = req_pool_indices.numel()
     if bs == 0:
