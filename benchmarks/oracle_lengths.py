@@ -102,9 +102,10 @@ def step_table(steps: dict[str, list[dict]]) -> list[str]:
     verifies fewer rows runs a cheaper step on this machine."""
     if not steps:
         return []
-    cols = ("requests", "verified", *(f"{p}_ms" for p in telemetry.PHASES))
+    cols = ("requests", "verified", *(f"{p}_ms" for p in (*telemetry.PHASES, *telemetry.BETWEEN)))
     lines = ["", "one decode step of FASER's worker (its telemetry; medians over repeats): requests, verified rows, "
-             "milliseconds per phase", "", "| run | " + " | ".join(cols) + " | step ms |",
+             "milliseconds per phase; prefill and idle: the run's, per decode step", "",
+             "| run | " + " | ".join(cols) + " | step ms |",
              "|---" * (len(cols) + 2) + "|"]
     for name, deltas in steps.items():
         values = [statistics.median(d[c] for d in deltas) for c in cols]

@@ -12,6 +12,7 @@ SCALARS = ("steps", "requests", "proposed", "verified", "pruned", "accepted", "c
 
 
 PHASES = ("draft", "verify", "draft_extend", "schedule")  # a decode step's phases (spec/telemetry.py)
+BETWEEN = ("prefill", "idle")  # the server's time outside decode steps
 
 
 def _report(url: str) -> dict | None:
@@ -37,18 +38,21 @@ def read_step_phases(url: str) -> dict | None:
     if not report or not report.get("counters"):
         return None
     total = report["telemetry"]["total"]
-    return {"counters": report["counters"], "busy_s": {p: total["shares"][p] * total["seconds"] for p in PHASES}}
+    return {"counters": report["counters"],
+            "busy_s": {p: total["shares"][p] * total["seconds"] for p in (*PHASES, *BETWEEN)}}
 
 
 def step_phases_delta(before: dict | None, after: dict | None) -> dict | None:
-    """Per decode step between two ``read_step_phases``: requests, verified rows and milliseconds per phase."""
+    """Per decode step between two ``read_step_phases``: requests, verified rows and milliseconds per phase, and the
+    prefill and idle milliseconds around them (a run's whole time, spread over its decode steps)."""
     if not before or not after:
         return None
     steps = after["counters"]["steps"] - before["counters"]["steps"]
     if steps <= 0:
         return None
     per_step = {k: (after["counters"][k] - before["counters"][k]) / steps for k in ("requests", "verified")}
-    per_step.update({f"{p}_ms": (after["busy_s"][p] - before["busy_s"][p]) * 1000.0 / steps for p in PHASES})
+    per_step.update({f"{p}_ms": (after["busy_s"][p] - before["busy_s"][p]) * 1000.0 / steps
+                     for p in (*PHASES, *BETWEEN)})
     return {"steps": steps, **per_step}
 
 
