@@ -102,15 +102,15 @@ def step_table(steps: dict[str, list[dict]]) -> list[str]:
     verifies fewer rows runs a cheaper step on this machine."""
     if not steps:
         return []
-    cols = ("requests", "verified", *(f"{p}_ms" for p in (*telemetry.PHASES, *telemetry.BETWEEN)))
+    cols = ("requests", "verified", "committed", *(f"{p}_ms" for p in (*telemetry.PHASES, *telemetry.BETWEEN)))
     lines = ["", "one decode step of FASER's worker (its telemetry; medians over repeats): requests, verified rows, "
-             "milliseconds per phase; prefill and idle: the run's, per decode step", "",
+             "committed tokens, milliseconds per phase; prefill and idle: the run's, per decode step", "",
              "| run | " + " | ".join(cols) + " | step ms |",
              "|---" * (len(cols) + 2) + "|"]
     for name, deltas in steps.items():
         values = [statistics.median(d[c] for d in deltas) for c in cols]
         total = statistics.median(sum(d[f"{p}_ms"] for p in telemetry.PHASES) for d in deltas)
-        lines.append(f"| {name} | " + " | ".join(f"{v:.1f}" if i < 2 else f"{v:.2f}" for i, v in enumerate(values))
+        lines.append(f"| {name} | " + " | ".join(f"{v:.1f}" if i < 3 else f"{v:.2f}" for i, v in enumerate(values))
                      + f" | {total:.2f} |")
     return lines
 

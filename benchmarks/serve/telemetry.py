@@ -43,14 +43,16 @@ def read_step_phases(url: str) -> dict | None:
 
 
 def step_phases_delta(before: dict | None, after: dict | None) -> dict | None:
-    """Per decode step between two ``read_step_phases``: requests, verified rows and milliseconds per phase, and the
-    prefill and idle milliseconds around them (a run's whole time, spread over its decode steps)."""
+    """Per decode step between two ``read_step_phases``: requests, verified rows, committed tokens and milliseconds
+    per phase, and the prefill and idle milliseconds around them (a run's whole time, spread over its decode
+    steps)."""
     if not before or not after:
         return None
     steps = after["counters"]["steps"] - before["counters"]["steps"]
     if steps <= 0:
         return None
-    per_step = {k: (after["counters"][k] - before["counters"][k]) / steps for k in ("requests", "verified")}
+    per_step = {k: (after["counters"][k] - before["counters"][k]) / steps
+                for k in ("requests", "verified", "committed")}
     per_step.update({f"{p}_ms": (after["busy_s"][p] - before["busy_s"][p]) * 1000.0 / steps
                      for p in (*PHASES, *BETWEEN)})
     return {"steps": steps, **per_step}

@@ -273,17 +273,17 @@ def test_step_phases_per_decode_step_and_the_oracle_table():
     from benchmarks.serve.telemetry import step_phases_delta
 
     def read(steps, requests, verified, busy):
-        return {"counters": {"steps": steps, "requests": requests, "verified": verified},
+        return {"counters": {"steps": steps, "requests": requests, "verified": verified, "committed": verified // 2},
                 "busy_s": dict(zip(("draft", "verify", "draft_extend", "schedule", "prefill", "idle"), busy))}
 
     delta = step_phases_delta(read(10, 100, 200, (1.0, 2.0, 0.5, 0.1, 0.0, 0.2)),
                               read(20, 260, 520, (1.1, 2.3, 0.6, 0.12, 0.05, 0.2)))
-    assert delta["steps"] == 10 and delta["requests"] == 16 and delta["verified"] == 32
+    assert delta["steps"] == 10 and delta["requests"] == 16 and delta["verified"] == 32 and delta["committed"] == 16
     assert delta["verify_ms"] == pytest.approx(30.0) and delta["schedule_ms"] == pytest.approx(2.0)
     assert delta["prefill_ms"] == pytest.approx(5.0) and delta["idle_ms"] == pytest.approx(0.0)
     assert step_phases_delta(read(10, 0, 0, (0,) * 6), read(10, 0, 0, (0,) * 6)) is None  # no decode step ran
     assert step_phases_delta(None, read(1, 1, 1, (0,) * 6)) is None
     lines = step_table({"2/1": [delta, {**delta, "verify_ms": 50.0}, {**delta, "verify_ms": 10.0}]})
     # the step's own phases sum to its time; prefill and idle are shown beside it
-    assert lines[-1] == "| 2/1 | 16.0 | 32.0 | 10.00 | 30.00 | 10.00 | 2.00 | 5.00 | 0.00 | 52.00 |"
+    assert lines[-1] == "| 2/1 | 16.0 | 32.0 | 16.0 | 10.00 | 30.00 | 10.00 | 2.00 | 5.00 | 0.00 | 52.00 |"
     assert step_table({}) == []
