@@ -99,7 +99,7 @@ def build_workloads(args, n: int, max_new: int, rates: list[float]) -> dict:
         return {"trace": {"trace": workload.replay(args.trace, max_new)}}
     template = workload.smollm2_chat_template() if args.model_path == "smollm2" else None
     return {process: {str(rate): workload.build(n, rate, process, max_new, args.seed, args.cv, args.prompts,
-                                                template) for rate in rates}
+                                                template, args.output_spread) for rate in rates}
             for process in args.arrivals}
 
 
@@ -124,6 +124,8 @@ def parse_args(argv):
                         "bench_serving); with --rates inf a steady batch of this size")
     parser.add_argument("--requests", type=int, help="requests per rate")
     parser.add_argument("--max-new-tokens", type=int, default=None)
+    parser.add_argument("--output-spread", type=float, default=0.0, metavar="S",
+                        help="output lengths uniform over max-new-tokens x [1 - S, 1 + S] (default 0: all equal)")
     parser.add_argument("--arrivals", nargs="*", choices=["poisson", "gamma"],
                         help="arrival processes (default: poisson for --quick, both otherwise)")
     parser.add_argument("--cv", type=float, default=2.0, help="Gamma arrivals: coefficient of variation (> 1 bursty)")
@@ -226,6 +228,7 @@ def write_results(args, workloads, runs, failed_configs, began, final):
     meta = {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
             "arrivals": list(workloads), "prompts": args.prompts, "gamma_cv": args.cv,
             "requests_per_rate": args.requests, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
+            "output_spread": args.output_spread,
             "max_concurrency": args.max_concurrency,
             "algorithm": args.algorithm, "window": args.window, "model": args.model_path or "embedded default",
             "server_args": args.server_arg, "synthetic_acceptance": args.synthetic, "failed_configs": failed_configs,
