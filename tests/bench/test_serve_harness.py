@@ -287,3 +287,17 @@ def test_step_phases_per_decode_step_and_the_oracle_table():
     # the step's own phases sum to its time; prefill and idle are shown beside it
     assert lines[-1] == "| 2/1 | 16.0 | 32.0 | 16.0 | 10.00 | 30.00 | 10.00 | 2.00 | 5.00 | 0.00 | 52.00 |"
     assert step_table({}) == []
+
+
+def test_output_spread_gives_every_configuration_the_same_varied_lengths():
+    from benchmarks.serve import workload
+
+    assert workload.output_lengths(5, 64, 0.0) == [64] * 5
+    lengths = workload.output_lengths(200, 64, 0.5, seed=3)
+    assert lengths == workload.output_lengths(200, 64, 0.5, seed=3)  # seeded: the same for every server
+    assert min(lengths) >= 32 and max(lengths) <= 96 and len(set(lengths)) > 20
+    with pytest.raises(ValueError, match="output spread"):
+        workload.output_lengths(3, 64, 1.0)
+    requests = workload.build(40, 16.0, "gamma", 64, prompt_set="mixed", output_spread=0.5)
+    assert [r.max_new_tokens for r in requests] == workload.output_lengths(40, 64, 0.5)
+    assert {r.max_new_tokens for r in workload.build(8, 16.0, "poisson", 64, prompt_set="mixed")} == {64}
