@@ -10,7 +10,9 @@ tokens a step for the ``repeat`` prompts (drafts mostly pass) and ``n`` for the 
 to learn, so the best plan giving the kinds different lengths, against the best giving them one (``k/k``), is
 about the most any per-request length policy can gain on this workload, machine and pair; stock SGLang's fixed
 lengths, no speculation and FASER's adaptive policy run in the same repeats. Each repeat runs every (server, plan)
-in turn, in alternating order; the report gives medians of each repeat's ratios and writes
+in turn, in alternating order; the report gives medians of each repeat's ratios, and for the runs of FASER's
+worker one decode step by phase from its telemetry (requests, verified rows, committed tokens, draft / verify /
+draft-extend / schedule milliseconds, and the run's prefill and idle time per step), and writes
 ``benchmarks/results/oracle_lengths_{tag}.{json,md}``.
 """
 
