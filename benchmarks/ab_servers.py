@@ -83,19 +83,22 @@ def in_flight(workload: str) -> int:
     return int(load[1:]) if load[0] == "c" else 32 if load[0] in "rg" else 1
 
 
-def workload_requests(workload: str, requests: int, max_new_tokens: int) -> tuple[list, int | None]:
-    """A workload's requests and the most it keeps in flight (None: they arrive at their times)."""
+def workload_requests(workload: str, requests: int, max_new_tokens: int,
+                      output_spread: float = 0.0) -> tuple[list, int | None]:
+    """A workload's requests and the most it keeps in flight (None: they arrive at their times); ``output_spread``:
+    ``workload.build``'s (0: every request ``max_new_tokens`` long)."""
     load = workload.split("-")[1]  # c<in flight>, r<requests/s> (Poisson) or g<requests/s> (Gamma, cv 2)
     rate = float(load[1:]) if load[0] in "rg" else float("inf")
     concurrency = int(load[1:]) if load[0] == "c" else None
     prompts = "cycles" if workload.startswith("deep") else "mixed"
     arrivals = "gamma" if load[0] == "g" else "poisson"
-    return serve_workload.build(requests, rate, arrivals, max_new_tokens, 0, 2.0, prompts), concurrency
+    return serve_workload.build(requests, rate, arrivals, max_new_tokens, 0, 2.0, prompts,
+                                output_spread=output_spread), concurrency
 
 
 def runner(workload: str, args):
     """One repeat's load against a server URL, where several requests are in flight: (tokens, seconds)."""
-    requests, concurrency = workload_requests(workload, args.requests, args.max_new_tokens)
+    requests, concurrency = workload_requests(workload, args.requests, args.max_new_tokens, args.output_spread)
 
     def run(url: str) -> tuple[int, float]:
         results, wall = drive(url, requests, None, max_concurrency=concurrency)
@@ -146,6 +149,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--requests", type=int, help="requests per repeat (default 48 mixed, 4 at batch 1)")
     parser.add_argument("--max-new-tokens", type=int, help="default 64 mixed, 256 at batch 1")
+    parser.add_argument("--output-spread", type=float, default=0.0, metavar="S",
+                        help="output lengths uniform over max-new-tokens x [1 - S, 1 + S] (default 0: all equal)")
     parser.add_argument("--fresh-servers", action="store_true", help="start every server anew for each repeat "
                         "(a server process keeps its own speed, a few %% either way, as long as it runs)")
     parser.add_argument("--tag", help="results file suffix (default: the workload)")

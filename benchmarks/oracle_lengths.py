@@ -69,10 +69,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--requests", type=int, default=48)
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--output-spread", type=float, default=0.0, metavar="S",
+                        help="output lengths uniform over max-new-tokens x [1 - S, 1 + S] (default 0: all equal)")
     parser.add_argument("--tag", help="results file suffix (default: the workload)")
     args = parser.parse_args()
     plans = [parse_plan(p) for p in args.plans]
-    requests, concurrency = workload_requests(args.workload, args.requests, args.max_new_tokens)
+    requests, concurrency = workload_requests(args.workload, args.requests, args.max_new_tokens, args.output_spread)
     runs = [(config, None) for config in args.baselines] + [(ORACLE, plan) for plan in plans]
     servers = start_servers([(config, "new") for config in dict.fromkeys(c for c, _ in runs)], args.workload, None)
     rates: dict[str, list[float]] = {}

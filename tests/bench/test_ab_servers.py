@@ -106,3 +106,5 @@ def test_workload_names_give_their_arrivals_and_requests_in_flight():
     gamma, _ = ab_servers.workload_requests("mixed-g64", 6, 8)
     assert none is None and poisson[-1].at > 0 and gamma[-1].at > 0
     assert [r.at for r in gamma] != [r.at for r in poisson] and all(r.max_new_tokens == 8 for r in gamma)
+    spread, _ = ab_servers.workload_requests("mixed-c16", 40, 64, output_spread=0.5)
+    assert len({r.max_new_tokens for r in spread}) > 5 and all(32 <= r.max_new_tokens <= 96 for r in spread)
