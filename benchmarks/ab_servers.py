@@ -149,8 +149,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--requests", type=int, help="requests per repeat (default 48 mixed, 4 at batch 1)")
     parser.add_argument("--max-new-tokens", type=int, help="default 64 mixed, 256 at batch 1")
-    parser.add_argument("--output-spread", type=float, default=0.0, metavar="S",
-                        help="output lengths uniform over max-new-tokens x [1 - S, 1 + S] (default 0: all equal)")
+    serve_workload.add_output_spread_flag(parser)
     parser.add_argument("--fresh-servers", action="store_true", help="start every server anew for each repeat "
                         "(a server process keeps its own speed, a few %% either way, as long as it runs)")
     parser.add_argument("--tag", help="results file suffix (default: the workload)")

@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.ab_servers import start_servers, stop_servers, workload_requests  # noqa: E402
 from benchmarks.serve import telemetry  # noqa: E402
+from benchmarks.serve import workload as serve_workload  # noqa: E402
 from benchmarks.serve.driver import drive  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -69,8 +70,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--requests", type=int, default=48)
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--output-spread", type=float, default=0.0, metavar="S",
-                        help="output lengths uniform over max-new-tokens x [1 - S, 1 + S] (default 0: all equal)")
+    serve_workload.add_output_spread_flag(parser)
     parser.add_argument("--tag", help="results file suffix (default: the workload)")
     args = parser.parse_args()
     plans = [parse_plan(p) for p in args.plans]
@@ -114,8 +114,8 @@ def step_table(steps: dict[str, list[dict]]) -> list[str]:
     for name, deltas in steps.items():
         values = [statistics.median(d[c] for d in deltas) for c in cols]
         total = statistics.median(sum(d[f"{p}_ms"] for p in telemetry.PHASES) for d in deltas)
-        lines.append(f"| {name} | " + " | ".join(f"{v:.1f}" if i < 3 else f"{v:.2f}" for i, v in enumerate(values))
-                     + f" | {total:.2f} |")
+        lines.append(f"| {name} | " + " | ".join(f"{v:.2f}" if c.endswith("_ms") else f"{v:.1f}"
+                                                 for c, v in zip(cols, values)) + f" | {total:.2f} |")
     return lines
 
 

@@ -124,8 +124,7 @@ def parse_args(argv):
                         "bench_serving); with --rates inf a steady batch of this size")
     parser.add_argument("--requests", type=int, help="requests per rate")
     parser.add_argument("--max-new-tokens", type=int, default=None)
-    parser.add_argument("--output-spread", type=float, default=0.0, metavar="S",
-                        help="output lengths uniform over max-new-tokens x [1 - S, 1 + S] (default 0: all equal)")
+    workload.add_output_spread_flag(parser)
     parser.add_argument("--arrivals", nargs="*", choices=["poisson", "gamma"],
                         help="arrival processes (default: poisson for --quick, both otherwise)")
     parser.add_argument("--cv", type=float, default=2.0, help="Gamma arrivals: coefficient of variation (> 1 bursty)")

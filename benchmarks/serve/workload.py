@@ -7,6 +7,7 @@ a replayed trace.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 from dataclasses import dataclass
@@ -149,8 +150,8 @@ def build(n: int, rate: float, process: str, max_new_tokens: int, seed: int = 0,
     ``output_spread``: each request's output length drawn uniformly from ``max_new_tokens`` x [1 - s, 1 + s]
     (seeded: every configuration serves the same lengths). With one length for all (0), requests that decode one
     token a step finish together, and a closed loop replaces them with one batched prefill: a lockstep real traffic
-    does not have, which favours configurations that keep it (at 16 in flight on CPU, no speculation ran 1.06-1.12x
-    FASER with every request at 64 tokens and 0.98-1.00x with 32-96)."""
+    does not have, which favours configurations that keep it (at 16 in flight on CPU, two runs: no speculation ran
+    1.06-1.12x FASER with every request at 64 tokens and 0.98-1.00x with 32-96)."""
     if prompt_set == "mixed":
         prompts = mixed_prompts(seed=seed)
     elif prompt_set == "mixed-temp":
@@ -167,6 +168,18 @@ def build(n: int, rate: float, process: str, max_new_tokens: int, seed: int = 0,
     lengths = output_lengths(n, max_new_tokens, output_spread, seed)
     return [Request(float(t), prompts[i][1], prompts[i][0], length, prompts[i][2])
             for t, i, length in zip(times, picks, lengths)]
+
+
+def add_output_spread_flag(parser) -> None:
+    """``--output-spread S`` (``build``'s ``output_spread``), checked when the command line is parsed."""
+    def spread(text: str) -> float:
+        value = float(text)
+        if not 0.0 <= value < 1.0:
+            raise argparse.ArgumentTypeError(f"must be in [0, 1), got {value}")
+        return value
+
+    parser.add_argument("--output-spread", type=spread, default=0.0, metavar="S",
+                        help="output lengths uniform over max-new-tokens x [1 - S, 1 + S] (default 0: all equal)")
 
 
 def output_lengths(n: int, max_new_tokens: int, spread: float, seed: int = 0) -> list[int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -298,6 +299,11 @@ def test_output_spread_gives_every_configuration_the_same_varied_lengths():
     assert min(lengths) >= 32 and max(lengths) <= 96 and len(set(lengths)) > 20
     with pytest.raises(ValueError, match="output spread"):
         workload.output_lengths(3, 64, 1.0)
+    parser = argparse.ArgumentParser()
+    workload.add_output_spread_flag(parser)
+    assert parser.parse_args(["--output-spread", "0.5"]).output_spread == 0.5
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--output-spread", "1.5"])
     requests = workload.build(40, 16.0, "gamma", 64, prompt_set="mixed", output_spread=0.5)
     assert [r.max_new_tokens for r in requests] == workload.output_lengths(40, 64, 0.5)
     assert {r.max_new_tokens for r in workload.build(8, 16.0, "poisson", 64, prompt_set="mixed")} == {64}
