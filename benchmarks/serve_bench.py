@@ -67,10 +67,12 @@ def run_config(name: str, flags: list[str], args, workloads: dict, progress) -> 
         drive(server.url, first[:2])  # warm-up, not measured
         for arrivals, by_rate in workloads.items():
             for rate, requests in by_rate.items():
-                before = telemetry.read_counters(server.url)
+                before = telemetry.read_step_phases(server.url)
                 results, wall = drive(server.url, requests, progress, max_concurrency=args.max_concurrency)
-                delta = telemetry.counters_delta(before, telemetry.read_counters(server.url))
+                after = telemetry.read_step_phases(server.url)
+                delta = telemetry.counters_delta(*(read and read["counters"] for read in (before, after)))
                 row = metrics.summarise(results, wall, delta)
+                row["step_phases"] = telemetry.step_phases_delta(before, after)  # per decode step; null without FASER
                 row["load_avg_1m"] = os.getloadavg()[0]  # a shared machine's other work shows up here
                 rows.setdefault(arrivals, {})[rate] = row
     finally:

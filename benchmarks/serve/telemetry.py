@@ -27,11 +27,6 @@ def _report(url: str) -> dict | None:
     return reports[0] if reports else None
 
 
-def read_counters(url: str) -> dict | None:
-    report = _report(url)
-    return (report.get("counters") or None) if report else None
-
-
 def read_step_phases(url: str) -> dict | None:
     """The counters and, since start, the seconds each decode-step phase was busy (telemetry's ``total``)."""
     report = _report(url)
