@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import re
@@ -96,12 +97,25 @@ def serving_compiles(args, names) -> dict:
     return found
 
 
-def build_workloads(args, n: int, max_new: int, rates: list[float]) -> dict:
+CELL_SECONDS, CELL_REQUESTS = 8.0, (32, 128)  # default cell: the requests that arrive in 8 s, 32 to 128
+
+
+def requests_at(args, rate: float) -> int:
+    """Requests in one (arrivals, rate) cell: ``--requests`` where given; by default as many as arrive in
+    ``CELL_SECONDS`` within ``CELL_REQUESTS``, so a 16 or 64 req/s cell is not over in two seconds, too short to
+    tell a few per cent on a machine that moves 10-25 % between runs."""
+    if args.requests:
+        return args.requests
+    low, high = CELL_REQUESTS
+    return low if not math.isfinite(rate) else int(min(high, max(low, round(rate * CELL_SECONDS))))
+
+
+def build_workloads(args, max_new: int, rates: list[float]) -> dict:
     if args.trace:
         return {"trace": {"trace": workload.replay(args.trace, max_new)}}
     template = workload.smollm2_chat_template() if args.model_path == "smollm2" else None
-    return {process: {str(rate): workload.build(n, rate, process, max_new, args.seed, args.cv, args.prompts,
-                                                template, args.output_spread) for rate in rates}
+    return {process: {str(rate): workload.build(requests_at(args, rate), rate, process, max_new, args.seed, args.cv,
+                                                args.prompts, template, args.output_spread) for rate in rates}
             for process in args.arrivals}
 
 
@@ -124,7 +138,8 @@ def parse_args(argv):
     parser.add_argument("--rates", nargs="*", type=float, help="request rates (req/s; inf: all at once)")
     parser.add_argument("--max-concurrency", type=int, help="at most this many requests in flight (as SGLang's "
                         "bench_serving); with --rates inf a steady batch of this size")
-    parser.add_argument("--requests", type=int, help="requests per rate")
+    parser.add_argument("--requests", type=int, help="requests per rate (default: those arriving in "
+                        f"{CELL_SECONDS:g} s, {CELL_REQUESTS[0]} to {CELL_REQUESTS[1]})")
     parser.add_argument("--max-new-tokens", type=int, default=None)
     workload.add_output_spread_flag(parser)
     parser.add_argument("--arrivals", nargs="*", choices=["poisson", "gamma"],
@@ -171,7 +186,7 @@ def parse_args(argv):
             parser.error("--burstiness must be > 0")
         args.cv = args.burstiness ** -0.5
     args.arrivals = args.arrivals or (["poisson"] if args.quick else ["poisson", "gamma"])
-    args.requests = args.requests or (12 if args.quick else 32)
+    args.requests = args.requests or (12 if args.quick else None)  # None: requests_at's default by rate
     args.max_new_tokens = args.max_new_tokens or (32 if args.quick else 64)
     try:
         args.synthetic = synthetic_acceptance(args.synthetic_acceptance)
@@ -188,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown configuration {unknown[0]} (known: {', '.join(all_configs)})")
     rates = args.rates or ([2.0, 16.0] if args.quick else [1.0, 4.0, 16.0, 64.0])
-    workloads = build_workloads(args, args.requests, args.max_new_tokens, rates)
+    workloads = build_workloads(args, args.max_new_tokens, rates)
 
     from tqdm import tqdm
 
@@ -228,7 +243,8 @@ def write_results(args, workloads, runs, failed_configs, began, final):
         metrics.check_lossless(table)  # greedy speculation must not change a token (synthetic runs excepted)
     meta = {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
             "arrivals": list(workloads), "prompts": args.prompts, "gamma_cv": args.cv,
-            "requests_per_rate": args.requests, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
+            "requests_per_rate": {rate: len(cell) for cell_rates in workloads.values()
+                                  for rate, cell in cell_rates.items()}, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
             "output_spread": args.output_spread,
             "max_concurrency": args.max_concurrency,
             "algorithm": args.algorithm, "window": args.window, "model": args.model_path or "embedded default",

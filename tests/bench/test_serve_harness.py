@@ -307,3 +307,18 @@ def test_output_spread_gives_every_configuration_the_same_varied_lengths():
     requests = workload.build(40, 16.0, "gamma", 64, prompt_set="mixed", output_spread=0.5)
     assert [r.max_new_tokens for r in requests] == workload.output_lengths(40, 64, 0.5)
     assert {r.max_new_tokens for r in workload.build(8, 16.0, "poisson", 64, prompt_set="mixed")} == {64}
+
+
+def test_a_cell_holds_the_requests_of_eight_seconds_unless_told():
+    from benchmarks import serve_bench
+
+    _, args = serve_bench.parse_args(["--prompts", "mixed"])
+    assert [serve_bench.requests_at(args, r) for r in (1.0, 4.0, 10.0, 16.0, 64.0, float("inf"))] == \
+        [32, 32, 80, 128, 128, 32]
+    _, told = serve_bench.parse_args(["--requests", "20"])
+    assert serve_bench.requests_at(told, 64.0) == 20
+    _, quick = serve_bench.parse_args(["--quick"])
+    assert serve_bench.requests_at(quick, 16.0) == 12
+    cells = serve_bench.build_workloads(args, 64, [1.0, 16.0])
+    assert {process: [len(c) for c in by_rate.values()] for process, by_rate in cells.items()} == \
+        {"poisson": [32, 128], "gamma": [32, 128]}
