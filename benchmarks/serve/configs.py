@@ -11,8 +11,6 @@
 * ``faser-frontier-N``: the same, verifying in frontiers of N draft positions (early pruning);
 * ``faser-warm``: ``faser`` with the start-up warm-up (``--faser-warmup on``, off on CPU by default): its costs
   measured before the first request instead of by a start-up sweep of live ones (not part of the default set);
-* ``faser-48``: ``faser`` at SGLang's speculative default of 48 running requests, which FASER's server otherwise
-  lifts (``engine/plugin.py``) where no decode CUDA graphs run (not part of the default set);
 * ``faser-k0``: the FASER worker with every length 0 (``--faser-mode off``): what a step without speculation
   costs inside a speculative server, against ``no-spec`` (not part of the default set);
 * ``faser-fixed-k``: the FASER worker holding every length at k (``--faser-mode fixed``): what FASER's own step
@@ -42,7 +40,6 @@ def configurations(algorithm: str = "EAGLE", window: int = 7, fixed=FIXED, adapt
     for size in frontiers:
         configs[f"faser-frontier-{size}"] = spec_flags(algorithm, window, "--faser-frontier-size", str(size))
     configs["faser-warm"] = spec_flags(algorithm, window, "--faser-warmup", "on")
-    configs["faser-48"] = spec_flags(algorithm, window, "--max-running-requests", "48")
     configs["faser-k0"] = spec_flags(algorithm, window, "--faser-mode", "off")
     configs.update({f"faser-fixed-{k}": spec_flags(algorithm, window, "--faser-mode", "fixed", "--faser-fixed-len",
                                                     str(k)) for k in fixed})
@@ -50,7 +47,7 @@ def configurations(algorithm: str = "EAGLE", window: int = 7, fixed=FIXED, adapt
 
 
 # run only when asked for by name
-EXTRA = ("no-spec-sync", "faser-exact", "faser-warm", "faser-48", "faser-k0", *(f"faser-fixed-{k}" for k in FIXED))
+EXTRA = ("no-spec-sync", "faser-exact", "faser-warm", "faser-k0", *(f"faser-fixed-{k}" for k in FIXED))
 
 
 QUICK = ("no-spec", "fixed-1", "fixed-3", "faser", "faser-frontier-2")

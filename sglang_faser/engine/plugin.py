@@ -5,8 +5,7 @@ children; sglang-0.5.23-map.md §8.1), before server arguments are resolved in t
 CPU path work and swaps SGLang's EAGLE / STANDALONE worker for the FASER worker whenever the launcher exported
 ``SGLANG_FASER_CONFIG`` (any mode: ``off`` still runs the worker, at length 0, so the control plane can turn it
 back on). ``--faser-mode stock``, or a plain ``sglang.launch_server`` / ``sgl.Engine`` without that variable,
-keeps stock SGLang behaviour. A FASER server also keeps the number of running requests a server without
-speculation would have, not SGLang's speculative default of 48, where no decode CUDA graphs run.
+keeps stock SGLang behaviour.
 """
 
 from __future__ import annotations
@@ -32,7 +31,6 @@ def register() -> None:
     from sglang_faser.engine import touchpoints
 
     touchpoints.hook_worker_creation(_choose_worker)
-    touchpoints.hook_speculative_server_args(_running_requests_as_without_speculation)
     touchpoints.teach_intel_amx_ragged_verify()  # FASER's ragged verify passes on the CPU backend
     from sglang_faser.engine import control_bridge
 
@@ -49,21 +47,6 @@ def register() -> None:
     from sglang_faser.engine import warmup
 
     warmup.register()  # SGLang's --warmups faser_depths (the launcher adds it where a GPU serves)
-
-
-def _running_requests_as_without_speculation(original, server_args):
-    """AROUND SGLang's EAGLE / STANDALONE argument handling, which caps a speculative server at 48 running
-    requests unless ``--max-running-requests`` is given. FASER parks requests (k = 0, a plain decode) where
-    drafting does not pay, so under load it should run the batch a server without speculation runs; with the cap it
-    queued the rest (128 requests at 64 req/s on CPU: 48 ran beside no speculation's 100). Decode CUDA graphs keep
-    the cap (it bounds their capture); an explicit flag always wins."""
-    original(server_args)
-    from sglang_faser.engine import touchpoints
-    from sglang_faser.spec.config import ENV_VAR
-
-    if os.environ.get(ENV_VAR) and touchpoints.withdraw_running_cap(server_args):
-        logger.info("FASER: --max-running-requests not given: the memory pool sets it, as without speculation "
-                    "(not SGLang's speculative default of 48)")
 
 
 def _choose_worker(original_create_worker, algorithm, server_args):

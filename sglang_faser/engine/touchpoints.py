@@ -12,7 +12,6 @@ re-check each entry here, then re-scan the wheel for new ``from sgl_kernel impor
 | ``sglang.launch_server.run_server`` | start the real HTTP server |
 | ``sglang.srt.utils.kill_process_tree`` | reap scheduler/detokenizer children when the launcher exits |
 | ``sglang.srt.plugins.hook_registry.HookRegistry`` (AROUND) | install hooks from the plugin |
-| ``sglang.srt.arg_groups.speculative_hook._handle_eagle_family`` (:1072, its ``declare_resolution(..., max_running_requests=48)`` where the flag is unset, :1086-1094), ``ServerArgs._resolved_overrides`` (overrides.py:131), ``resolving_view`` | a FASER server without ``--max-running-requests`` and without decode CUDA graphs runs as many requests as the memory pool allows, as without speculation |
 | ``sglang.srt.speculative.spec_info.SpeculativeAlgorithm.create_worker`` (:311) | hand the scheduler the FASER worker |
 | ``sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2`` (:1297) | the class FaserWorker extends; ``engine/step.py`` runs its decode branch's pieces in its order (:1445-1505): ``activate_step_by_batch``, ``draft_worker.draft`` (in ``draft_tp_context`` / MoE contexts / ``spec_stage_span``), ``_build_trivial_verify_input`` (depth 0), ``verify`` (:1979), ``_draft_extend_for_decode`` or ``_stub_skipped_draft_extend`` (``SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND``); ``adaptive_controller``, ``_draft_worker``, ``speculative_num_steps``, ``topk`` |
 | ``sglang.srt.runtime_context.get_parallel`` (``pp_size``, ``tp_group.cpu_group`` / ``ranks`` / ``world_size``) | PP runs SGLang's step; rank 0's lengths are broadcast over the TP group's CPU group (``engine/rank_sync.py``) |
@@ -102,35 +101,6 @@ def hook_worker_creation(hook) -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     HookRegistry.register(CREATE_WORKER, hook, HookType.AROUND)
-
-
-EAGLE_SERVER_ARGS = "sglang.srt.arg_groups.speculative_hook._handle_eagle_family"
-RUNNING_CAP_SOURCE = "_handle_eagle_family"  # the declaration's source name there (:1087-1092)
-
-
-def hook_speculative_server_args(hook) -> None:
-    """Register ``hook(original, server_args)`` AROUND ``_handle_eagle_family`` (speculative_hook.py:1072, called
-    by ``SpeculativeAlgorithm.handle_server_args`` while the launcher resolves the arguments)."""
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-    HookRegistry.register(EAGLE_SERVER_ARGS, hook, HookType.AROUND)
-
-
-def withdraw_running_cap(server_args) -> bool:
-    """Take back ``_handle_eagle_family``'s ``max_running_requests=48`` (declared only where the flag was not
-    given) from the arguments' pending resolutions (``overrides.declare_resolution``'s stash, applied when the
-    arguments are published), where the decode CUDA graphs are off (the cap also bounds their capture). The memory
-    pool then sets the number, as without speculation. True if there was one to take back."""
-    from sglang.srt.arg_groups.model_override_base import resolving_view
-
-    if not resolving_view(server_args).disable_cuda_graph:
-        return False
-    stash = getattr(server_args, "_resolved_overrides", None) or []
-    for i, (source, fields) in enumerate(stash):
-        if source == RUNNING_CAP_SOURCE and "max_running_requests" in fields:
-            stash[i] = (source, {k: v for k, v in fields.items() if k != "max_running_requests"})
-            return True
-    return False
 
 
 def time_scheduler_phases(times) -> None:

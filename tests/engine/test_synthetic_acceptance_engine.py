@@ -25,11 +25,6 @@ def _accept_lengths(url: str, rids: list[str], max_new_tokens: int = 25) -> list
     return lengths
 
 
-def _max_running(url: str) -> int:
-    states = requests.get(url + "/server_info", timeout=30).json()["internal_states"]
-    return states[0]["effective_max_running_requests_per_dp"]
-
-
 def _serve(flags, log, monkeypatch, spec: str):
     monkeypatch.setenv(ENV_VAR, SyntheticAcceptance.parse(spec).to_env())
     return ServerProcess(flags, log_path=log)
@@ -39,7 +34,6 @@ def test_rate_one_accepts_every_draft_of_stock_fixed_length_3(tiny_suite, tmp_pa
     # synthetic rate 1.0: every draft accepted whatever the embedded EAGLE head proposed
     with _serve(CHAIN_3 + ["--faser-mode", "stock"], tmp_path / "s.log", monkeypatch, "1.0:1.0") as server:
         lengths = _accept_lengths(server.url, [f"one-{i}" for i in range(3)])
-        assert _max_running(server.url) == 48  # stock SGLang: its speculative default where the flag is not given
     assert min(lengths) >= 3.5, lengths  # 3 drafts + 1 bonus per step, but for a truncated last step
     assert "SYNTHETIC ACCEPTANCE ON" in (tmp_path / "s.log").read_text()
 
@@ -53,8 +47,6 @@ def test_each_request_gets_its_own_rate_and_faser_follows_it(tiny_suite, tmp_pat
         high, low = _accept_lengths(server.url, [sure, hopeless], max_new_tokens=40)
         counters = next(s["faser"]["counters"] for s in requests.get(server.url + "/server_info", timeout=30)
                         .json()["internal_states"] if "faser" in s)
-        # FASER parks requests where drafting does not pay, so under load it runs the batch no speculation would
-        assert _max_running(server.url) > 48
     # how deep FASER drafts for the sure request is the cost model's call on this machine's measured step costs (CI
     # once saw depth 1 throughout: 2.0 tokens a step); that it drafts for it and parks the hopeless one is not
     assert high > 1.8 and low < 1.3, (high, low)
