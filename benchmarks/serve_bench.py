@@ -243,8 +243,8 @@ def write_results(args, workloads, runs, failed_configs, began, final):
         metrics.check_lossless(table)  # greedy speculation must not change a token (synthetic runs excepted)
     meta = {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
             "arrivals": list(workloads), "prompts": args.prompts, "gamma_cv": args.cv,
-            "requests_per_rate": {rate: len(cell) for cell_rates in workloads.values()
-                                  for rate, cell in cell_rates.items()}, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
+            "requests_per_rate": {rate: len(cell) for by_rate in workloads.values() for rate, cell in by_rate.items()},
+            "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
             "output_spread": args.output_spread,
             "max_concurrency": args.max_concurrency,
             "algorithm": args.algorithm, "window": args.window, "model": args.model_path or "embedded default",
