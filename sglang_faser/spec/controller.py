@@ -82,20 +82,6 @@ HOLD_STEP_BATCH = 8
 # two samples were its batch size's whole draft-cost fit (a 42-49 ms draft-extend intercept, one draft priced at
 # 3x the ~20 ms it cost), so it parked 48 requests for a whole burst where one draft each paid.
 SWEEP_MAX_BATCH = 8
-# A batch of this many requests or more re-measures, one step at a time, the depths below the one its batch size
-# runs: such a step runs every request at the depth that has waited longest past its turn
-# (``StepCostModel.depth_ages``), at most one step in ``STALE_PROBE_STEPS`` of a batch size. A depth waits
-# ``STALE_PROBE_STEPS`` steps, twice as long after each such step, up to ``STALE_PROBE_MAX`` (one the policy keeps
-# finding dear costs O(log T) of them), and ``STALE_PROBE_STEPS`` again once the policy chooses it. A depth the
-# policy stopped choosing is otherwise priced by a fit whose samples hold the depth it runs now and the few steps it
-# ran long ago, which cannot tell a draft phase's fixed cost from its cost per draft: at 48 requests on CPU (Poisson
-# 64 req/s, output lengths 32-96) a burst's first steps ran each depth 0-5 once at 90-160 ms (a batch size's first
-# steps at a depth, and a load generator busy on the same cores), and the fit (59 ms of draft-extend fixed cost,
-# nothing per draft) priced one draft at 125 ms against six drafts' 124 for the rest of the run; six-deep steps gave
-# 1.1-1.3 tokens/ms where one draft a request had given 1.4 on the same server's previous run.
-STALE_PROBE_BATCH = 8
-STALE_PROBE_STEPS = 16
-STALE_PROBE_MAX = 1024
 
 
 @dataclass(frozen=True)
@@ -196,8 +182,6 @@ class LengthController:
         # batch-size bucket -> its last priced step's measured time (``record_step``): long parked steps are not held
         self._step_ms: dict[int, float] = {}
         self._sweep_cut = False  # the start-up sweep ended early (``_end_sweep``): unmeasured depths are probed
-        self._stale_probed: dict[int, int] = {}  # batch-size bucket -> the step of its last stale-depth probe
-        self._stale_wait: dict[tuple[int, int], int] = {}  # (bucket, depth) -> steps it waits for its next
         self.warm_steps = window + 1 if warm_steps is None else warm_steps
         self.calibration_steps = self.warm_steps + calibration_sweeps * (window + 1) if calibration_sweeps else 0
         self._warmed: set[tuple[int, int, bool]] = set()  # (batch, sweep phase, mixed) the warm-up ran
@@ -282,13 +266,7 @@ class LengthController:
                                 resume_ms=resume, sure_probs=means)
         if adaptive and plan.lengths.any():
             plan = self._as_probe(rids, plan, probs, means, planned, mins, uniform, weights, context, resume)
-        stale = self._stale_probe(batch, mins, plan.lengths) if adaptive and not self.calibrating else None
-        if stale is not None:  # the plan cut to a drafting depth whose price is old: it is re-measured
-            plan = StepPlan(stale, *(evaluate(probs, stale, self.cost, uniform, context, resume) if self.explain
-                                     else (0.0, 0.0)))
         lengths = plan.lengths
-        if stale is None and batch >= STALE_PROBE_BATCH:  # the policy chose this depth: it waits the least again
-            self._stale_wait.pop((bucket_of(batch), int(lengths.max(initial=0))), None)
         c = self.counters
         calibration = self.calibrating and not padded and adaptive
         if calibration:
@@ -302,7 +280,7 @@ class LengthController:
                                 means=means if self.explain else None)
         bounded = not adaptive or ((lengths == 0) | (lengths == limit)).all()
         long_steps = batch >= HOLD_STEP_BATCH and self._step_ms.get(bucket_of(batch), HOLD_STEP_MS + 1) > HOLD_STEP_MS
-        holds = bounded and not calibration and stale is None and not (adaptive and parked and long_steps)
+        holds = bounded and not calibration and not (adaptive and parked and long_steps)
         self._held = ((shape, dataclasses.replace(decision, held=True, sampled=False), hold - 1, hold, parked)
                       if holds else None)
         # a parked hold's deciding step is not a sample; a drafting one's is (a rejection may end its hold before its
@@ -379,26 +357,6 @@ class LengthController:
         if priced is None or limit.max(initial=0) <= priced + 1:
             return limit
         return np.maximum(np.minimum(limit, priced + 1), mins)
-
-    def _stale_probe(self, batch: int, mins: np.ndarray, lengths: np.ndarray) -> np.ndarray | None:
-        """``lengths`` (the plan) cut to a drafting depth below its own that its batch size has not run lately
-        (``STALE_PROBE_STEPS``), so that depth's price is measured again; None where this step re-measures none."""
-        depth = int(lengths.max(initial=0))
-        if batch < STALE_PROBE_BATCH or depth < 2:
-            return None
-        bucket, steps = bucket_of(batch), self.counters.steps
-        if steps - self._stale_probed.setdefault(bucket, steps) < STALE_PROBE_STEPS:
-            return None
-        low = max(int(mins.max(initial=0)), 1)
-        due = {d: age / self._stale_wait.get((bucket, d), STALE_PROBE_STEPS)
-               for d, age in self.cost.depth_ages(batch).items() if low <= d < depth}
-        probed = max(due, key=lambda d: (due[d], -d), default=None)
-        if probed is None or due[probed] < 1:
-            return None
-        self._stale_probed[bucket] = steps
-        wait = self._stale_wait.get((bucket, probed), STALE_PROBE_STEPS)
-        self._stale_wait[(bucket, probed)] = min(2 * wait, STALE_PROBE_MAX)
-        return np.maximum(np.minimum(lengths, probed), mins)
 
     def _end_sweep(self) -> None:
         """The start-up sweep ends before its last depth: the depths it measured are the prior (fitted now; a step's

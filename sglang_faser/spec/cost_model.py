@@ -468,15 +468,6 @@ class StepCostModel:
         seen = self._residual.get(bucket_of(batch), {})
         return max((depth for depth, e in self._evidence(seen).items() if e >= PRICED_EVIDENCE), default=0)
 
-    def depth_ages(self, batch: int) -> dict[int, int]:
-        """Recorded steps since each depth below the one ``batch``'s bucket ran last ran there (a depth never run
-        there: one more than any, so the oldest); empty before the bucket ran a drafting step."""
-        seen = self._residual.get(bucket_of(batch))
-        if not seen:
-            return {}
-        latest = max(seen, key=lambda depth: seen[depth][2])
-        return {depth: self._steps - (seen[depth][2] if depth in seen else -1) for depth in range(latest)}
-
     def modelled_step_ms(self, batch: int, verify_tokens: int, depth: int, draft_rows: int, drafting: int,
                          context: int, bucket: int | None = None) -> float:
         """``step_ms(..., corrected=False)`` of one step's shape, without the vectorised machinery (every step
@@ -500,15 +491,12 @@ class StepCostModel:
             self._priced_at[(bucket_of(batch), depth)] = (
                 (batch, verify_tokens, depth, draft_rows, drafting, context), modelled_ms)
         running = self._residual.setdefault(bucket_of(batch), {}).setdefault(depth, [0.0, 0, 0])
-        held = _aged_steps(running, self._steps) if running[1] else 0.0  # what the mean so far still weighs
         running[2] = self._steps
         r = float(np.log(ms / modelled_ms))
-        if held >= 1.5:  # a one-off stall (another process, a first use) moves a mean of recent steps a bounded step
+        if running[1] >= 2:  # a one-off stall (another process on the CPU, a first use) moves it a bounded step
             r = min(max(r, running[0] - RESIDUAL_CLIP), running[0] + RESIDUAL_CLIP)
-        running[1] += 1
-        # a plain mean over the first steps, then a running one; steps run long ago weigh as their evidence has
-        # faded (``_aged_steps``), so a depth re-measured after a long rest (``stale_depth``) takes its new price
-        running[0] += max(RESIDUAL_RATE, 1.0 / (1.0 + held)) * (r - running[0])
+        running[1] += 1  # a plain mean over the first steps, then a running one
+        running[0] += max(RESIDUAL_RATE, 1.0 / running[1]) * (r - running[0])
 
     # -- measurements ------------------------------------------------------------------------------------
     def add_profile_sample(self, phase: str, batch: int, size: int, ms: float, rows: int | None = None,

@@ -8,7 +8,7 @@ import pytest
 from sglang_faser.spec.acceptance import AcceptanceTracker
 from sglang_faser.spec.cost_model import StepCostModel
 from sglang_faser.spec.config import FaserConfig
-from sglang_faser.spec.controller import MAX_PENDING_STEPS, STALE_PROBE_BATCH, STALE_PROBE_STEPS, LengthController
+from sglang_faser.spec.controller import MAX_PENDING_STEPS, LengthController
 from sglang_faser.spec.policy import plan_ms
 
 
@@ -556,54 +556,3 @@ def test_a_batch_size_priced_only_parked_runs_the_best_plan_within_one_draft_not
     parked_ms = float(plan_ms(cost, 32, np.zeros(32, dtype=np.int64)))
     assert not decision.lengths.any(), (decision.lengths.max(), decision.expected_tokens / decision.expected_ms,
                                         32 / parked_ms)
-
-
-def _stale_world(batch: int):
-    """``batch`` sure requests on a CPU-like cost (a draft-extend's fixed cost is large, each draft 10 ms and a
-    little per request), where each depth 0-6 ran once while the machine was slow: one draft at 2.5x its price."""
-    cost = StepCostModel(verify_coef=[20.0, 0.5, 0.05, 0.0], draft_coef=[2.0, 40.0, 0.0, 10.0, 0.2])
-    controller = LengthController(FaserConfig(max_len=6), window=6, cost=cost, calibration_sweeps=0)
-    rids = [f"r{i}" for i in range(batch)]
-    for _ in range(30):  # their record: every draft passes
-        controller.tracker.observe(rids, proposed=np.full(batch, 6), accepted=np.full(batch, 6))
-    for depth in range(7):
-        cost.record_step(batch, depth, 1.0, 2.5 if depth == 1 else 1.0)
-
-    def step(truth: dict) -> int:
-        """One step, measured at ``truth`` [depth] x the fit's price; its depth."""
-        decision = controller.decide(rids)
-        controller.observe(decision.lengths)
-        lengths = decision.lengths
-        shape = (batch, batch + int(lengths.sum()), decision.depth, int(np.maximum(lengths - 1, 0).sum()),
-                 int(np.count_nonzero(lengths)), 0)
-        controller.record_step(*shape, ms=cost.modelled_step_ms(*shape) * truth.get(decision.depth, 1.0))
-        return decision.depth
-
-    return step
-
-
-def test_a_batch_size_re_measures_a_depth_it_stopped_running_and_takes_it_where_it_was_misjudged():
-    """48 requests, one draft priced at 2.5x by a slow spell: six drafts run. Steps at the depths below six, oldest
-    price first, re-measure them; where one draft in truth costs half its price (96 tokens in 50 ms against six
-    drafts' 336 in 211), it becomes the choice. At 48 requests on CPU six-deep steps otherwise ran a whole burst at
-    1.1-1.3 tokens/ms where one draft a request had given 1.4."""
-    step = _stale_world(48)
-    assert {step({}) for _ in range(8)} == {6}
-    depths = [step({1: 0.5}) for _ in range(24 * STALE_PROBE_STEPS)]
-    assert min(depths[: 2 * STALE_PROBE_STEPS + 16]) < 6, depths  # the first re-measurement: a hold's length late
-    tail = depths[-4 * STALE_PROBE_STEPS:]
-    assert tail.count(1) >= 0.9 * len(tail), tail
-
-
-def test_a_depth_re_measured_and_still_dear_waits_twice_as_long_each_time():
-    """Where every depth costs what the fit says, six drafts stay the choice and the re-measuring steps thin out:
-    a depth waits twice as long after each, so they cost O(log T) steps. A batch of fewer than
-    ``STALE_PROBE_BATCH`` requests re-measures nothing."""
-    step = _stale_world(48)
-    depths = [step({}) for _ in range(64 * STALE_PROBE_STEPS)]
-    early, late = depths[: 16 * STALE_PROBE_STEPS], depths[48 * STALE_PROBE_STEPS:]
-    assert 0 < sum(d != 6 for d in late) < sum(d != 6 for d in early) <= len(early) / STALE_PROBE_STEPS, (
-        sum(d != 6 for d in early), sum(d != 6 for d in late))
-    assert STALE_PROBE_BATCH > 4
-    small = _stale_world(4)
-    assert len({small({}) for _ in range(16 * STALE_PROBE_STEPS)}) == 1
