@@ -146,7 +146,8 @@ def parse_args(argv):
                         help="arrival processes (default: poisson for --quick, both otherwise)")
     parser.add_argument("--cv", type=float, default=2.0, help="Gamma arrivals: coefficient of variation (> 1 bursty)")
     parser.add_argument("--burstiness", type=float,
-                        help="Gamma arrivals, vLLM's convention: shape b, CV = 1/sqrt(b) (b < 1 bursty); overrides --cv")
+                        help="Gamma arrivals, vLLM's convention: shape b, CV = 1/sqrt(b) (b < 1 bursty); "
+                             "overrides --cv")
     parser.add_argument("--trace", help="JSONL trace to replay: {t, prompt, max_new_tokens}")
     parser.add_argument("--prompts", choices=workload.PROMPT_SETS, default="standard",
                         help="standard: ShareGPT, MT-Bench and HumanEval subsets; mixed: half predictable (repeated "
