@@ -228,7 +228,7 @@ class FaserEngine:
         sgl.catch_up_draft(self.worker, batch, catch_up)
         ended, clock = self.clock.mark(), self.clock
         if not decision.warmup:
-            clock.when_ready(ended, lambda: self.controller.record_catch_up(rows, clock.cost_ms(began, ended)))
+            clock.when_ready(ended, lambda: self.controller.record_catch_up(rows, clock.ms(began, ended)))
         return began, ended
 
     # -- decide ----------------------------------------------------------------------------------------------
@@ -303,8 +303,8 @@ class FaserEngine:
             members, rows, context = len(vpass.members), vpass.rows, int(context_lens[vpass.members].sum())
             step, warmup = controller.counters.steps, decision.warmup
             if decision.sampled or not warmup:  # a warm-up shape's first run pays its compiles
-                clock.when_ready(ended, lambda: controller.record_phase(
-                    VERIFY, members, rows, clock.cost_ms(began, ended), context=context, step=step, warmup=warmup))
+                clock.when_ready(ended, lambda: controller.record_phase(VERIFY, members, rows, clock.ms(began, ended),
+                                                                        context=context, step=step, warmup=warmup))
             phases.append(("verify", began, ended))
 
         target_forward = sgl.target_forward(self.worker)
@@ -345,9 +345,8 @@ class FaserEngine:
                       context: int, traced: dict | None, step: int) -> None:
         """A step's milliseconds into the cost model and its trace line (``traced``); ``passes``: the ragged
         verifier's target passes, each recorded as it ended (None: SGLang's single pass, timed here); ``step``:
-        its count (``LengthController.record_phase``). Priced by ``StepClock.cost_ms`` (on CPU the wall time less
-        the waits for a core), traced with the step's wall time too."""
-        controller, bs, ms = self.controller, len(decision.lengths), self.clock.cost_ms
+        its count (``LengthController.record_phase``)."""
+        controller, bs, ms = self.controller, len(decision.lengths), self.clock.ms
         single = passes is None
         passes = [(marks.verify_began, marks.verify_ended)] if single else passes
         verify_ms = sum(ms(a, b) for a, b in passes)
@@ -369,8 +368,7 @@ class FaserEngine:
                                        verify_ms + draft_ms, step=step)
         if traced is not None:
             self.trace.measured(traced, controller, context=context, verify_ms=verify_ms, draft_ms=draft_ms,
-                                catch_up_ms=catch_up_ms, host_ms=host_ms, step_ms=total_ms,
-                                wall_ms=self.clock.ms(marks.began, marks.ended))
+                                catch_up_ms=catch_up_ms, host_ms=host_ms, step_ms=total_ms)
 
     def _end_step(self, phases: list[tuple[str, Mark, Mark]], batch_size: int) -> None:
         """A step's phases into telemetry, on the machine's timeline (the device's on a GPU, where the host's

@@ -9,10 +9,6 @@ boundary is also a CUDA event on the stream the step runs on, read once the GPU 
 later, never waiting for it), and what a step measured reaches the cost model and telemetry's phase shares then
 (``when_ready``). A gap between two steps' events is the time the GPU waited for the host, the scheduler's work that
 overlap did not hide.
-
-The cost model reads ``cost_ms``: on CPU a phase's wall time less the time the process's compute threads waited
-for a core meanwhile (``cpu_wait.py``: other processes' turns are not the step's cost), on a GPU the events' time.
-Telemetry's phase shares stay on the wall clock (``seconds``).
 """
 
 from __future__ import annotations
@@ -21,8 +17,6 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass
-
-from sglang_faser.engine.cpu_wait import CpuWait
 
 logger = logging.getLogger(__name__)
 
@@ -35,17 +29,14 @@ class Mark:
 
     host: float
     event: object = None
-    waited: float = 0.0  # on CPU: the compute threads' run-queue wait so far (ms, ``CpuWait``)
 
 
 class StepClock:
     """``mark()`` at each boundary, ``ms(a, b)`` between two, ``when_ready(mark, fn)`` to run ``fn`` once ``mark``
     (and every mark before it) can be read; ``poll()`` runs what became ready (each step calls it)."""
 
-    def __init__(self, event_factory=None, cpu_wait: CpuWait | None = None):
+    def __init__(self, event_factory=None):
         self._event = event_factory  # None: host times only (CPU)
-        # on CPU: whose waits ``cost_ms`` subtracts (None: none, wall times)
-        self._wait = cpu_wait if event_factory is None else None
         self._origin: Mark | None = None  # the first mark: where the device's timeline meets the host's
         self._pending: deque = deque()  # (mark, fn), in the order the marks were made
         self.dropped = 0
@@ -57,7 +48,7 @@ class StepClock:
 
             if torch.cuda.is_available():
                 return cls(lambda: torch.cuda.Event(enable_timing=True))
-        return cls(cpu_wait=CpuWait())
+        return cls()
 
     @property
     def on_gpu(self) -> bool:
@@ -65,7 +56,7 @@ class StepClock:
 
     def mark(self) -> Mark:
         if self._event is None:
-            return Mark(time.perf_counter(), waited=self._wait.ms() if self._wait is not None else 0.0)
+            return Mark(time.perf_counter())
         event = self._event()
         event.record()  # on the current stream: the one the step's work is queued on
         mark = Mark(time.perf_counter(), event)
@@ -85,11 +76,6 @@ class StepClock:
         if a.event is None or b.event is None:
             return (b.host - a.host) * 1e3
         return float(a.event.elapsed_time(b.event))
-
-    @classmethod
-    def cost_ms(cls, a: Mark, b: Mark) -> float:
-        """What the step spent between two marks: ``ms`` less its threads' waits for a core (CPU)."""
-        return max(cls.ms(a, b) - (b.waited - a.waited), 0.0)
 
     def when_ready(self, mark: Mark, fn) -> None:
         """On CPU ``fn`` runs now; on a GPU it waits for the next ``poll`` (at a step's start: refits and trace

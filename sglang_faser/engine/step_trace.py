@@ -4,8 +4,7 @@
 JSON line: when its times were read, the batch size, its requests' ids and context tokens, each request's length
 and the depth run, what the policy expected (tokens and milliseconds, after the measured residual) and the posterior
 means of each request's acceptance by position it decided on (``held``: the last deciding step's), the measured
-phases as priced (verify, the rest of the step with the scheduler's host time, catch-up, the whole step: on CPU
-less the waits for a core, ``step_clock.py``) and its wall time (``wall_ms``), the drafts each request had
+phases (verify, the rest of the step with the scheduler's host time, catch-up), the drafts each request had
 accepted, and the cost model's coefficients and depth factors for that batch. A line is written once its step's
 acceptance (SGLang reports it after the step, ``observe``) and its measured times (on a GPU read a step or two
 later) have both arrived, line-buffered, so the trace of a live server can be read while it serves; off by default
