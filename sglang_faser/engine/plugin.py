@@ -22,6 +22,9 @@ def register() -> None:
     cpu_bootstrap.install()
     if cpu_bootstrap.using_standin():
         from sglang_faser.engine import touchpoints
+        from sglang_faser.kernels.cpu import allocator
+
+        allocator.retain_heap()  # a forward pass's temporaries reuse the heap instead of faulting it back in
 
         touchpoints.report_amx_on_cpu()
         touchpoints.enable_cpu_speculative_sampling()
