@@ -3,13 +3,14 @@
 The stand-in's ops are plain PyTorch: every temporary of a forward pass is allocated from glibc's heap and freed
 when its op ends. glibc hands memory freed at the top of its heap back to the kernel once more than its trim
 threshold lies free there, keeping only ``M_TOP_PAD`` (128 KiB by default), and grows the heap again at the next
-allocation, so a step can pay page faults for memory it held a moment before. On the 2-core CPU machine (embedded
-pair, 48 requests of the mixed workload, 64-96 output tokens) a target verify pass took 48-59 ms until the first
-request finished and 30-37 ms from then on, at the same batch and context (an allocation made then, living on, pins
-the heap's top); with the pad raised it took 29-33 ms from the first step. Every configuration served the first
-seconds of a burst at half speed, and FASER's cost model read the slow spell as the price of the depths it ran in
-(README, thirty-eighth session). The pad is address space: pages are only backed once touched, and at most the pad
-stays touched and unreturned.
+allocation, so a step pays page faults for memory it held a moment before. On the 2-core CPU machine (embedded
+pair, 48 requests of the mixed workload, 32-96 output tokens) a target verify pass took 48-64 ms, the scheduler
+process faulting 330,000-440,000 pages a second, until the first requests finished, and 26-32 ms at 0-18,000 faults a
+second from then on, at the same batch and context (most likely an allocation made then, which lives on, pins the
+heap's top); with the pad raised, 22-34 ms at 0-8,000 faults a second from the first step. Every configuration served
+a burst's first seconds at about half speed, and FASER's cost model read the slow spell as the price of whatever
+depth ran in it (README, thirty-eighth session). The pad is address space: pages are only backed once touched, and at
+most the pad stays touched and unreturned.
 """
 
 from __future__ import annotations
