@@ -42,6 +42,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 # SGLang's Triton watch (srt/utils/triton_load_watch.py), from SGLANG_TRITON_SLOW_COMPILE_THRESHOLD_SECS (1 s unless
 # set; scripts/gpu_bringup/remote.sh sets 0.02): each kernel compiled while the server was serving stalled its steps
 SERVING_COMPILE = re.compile(r"Triton kernel '([^']+)' took ([0-9.]+) s to compile after serving started")
+SERVER_READY = "The server is fired up and ready to roll"  # SGLang's line once its --warmups have run
 
 
 def server_flags(flags: list[str], args) -> list[str]:
@@ -87,12 +88,16 @@ def log_path(args, name: str) -> Path:
 
 def serving_compiles(args, names) -> dict:
     """{config: {"count", "seconds"}}: Triton compiles after the server was up, from each configuration's last
-    server log (none on CPU, where nothing compiles)."""
+    server log (none on CPU, where nothing compiles). SGLang calls everything after its HTTP server's start
+    "serving", its ``--warmups`` too (FASER's start-up warm-up compiles there on purpose), so only the lines after
+    its ready line count."""
     found = {}
     for name in names:
         log = log_path(args, name)
         if log.exists():
-            times = [float(m.group(2)) for m in SERVING_COMPILE.finditer(log.read_text(errors="replace"))]
+            text = log.read_text(errors="replace")
+            served = text[text.rfind(SERVER_READY):] if SERVER_READY in text else text
+            times = [float(m.group(2)) for m in SERVING_COMPILE.finditer(served)]
             found[name] = {"count": len(times), "seconds": round(sum(times), 2)}
     return found
 
