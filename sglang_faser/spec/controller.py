@@ -36,8 +36,8 @@ and a doomed one pays a one-draft step instead of a full-depth one (several plai
 A probe is never priced below not probing on the hopes that chose it: cut to one draft where that would be, it
 is raised to the shortest length that is not, or not run.
 The cost side probes alike (``_priced_limit``): a step drafts at most one deeper than the deepest depth recent
-steps of its batch size measured, so each depth is priced by its own steps before a deeper one is tried; it runs
-the optimum within that depth, not a deeper plan cut to it.
+steps of its batch size measured (or the start-up warm-up ran there), so each depth is priced by its own steps
+before a deeper one is tried; it runs the optimum within that depth, not a deeper plan cut to it.
 """
 
 from __future__ import annotations
@@ -350,7 +350,9 @@ class LengthController:
         time, each depth is priced by its own steps before the next is tried. The policy plans within the cap
         (parking included): the optimum over every depth cut to it could price below parking and ran (Gamma 64 on
         CPU, 32 requests: a plan drafting deeper on extrapolated prices cut to one draft, 1.25 tokens/ms expected
-        against parking's 1.97, then to two, 1.4-1.9, for a whole burst)."""
+        against parking's 1.97, then to two, 1.4-1.9, for a whole burst). The depths the start-up warm-up ran at a
+        batch size are measured there (``StepCostModel.priced_depth``): on an H200 the climb cost each new bucket
+        of a Poisson 32 burst a dozen steps at one to six drafts where seven paid (the fourth lease)."""
         priced = self.cost.priced_depth(len(limit))
         if priced is None and self._sweep_cut:  # no step measured yet, and the prior holds what a few requests cost
             priced = 0
@@ -460,7 +462,7 @@ class LengthController:
         the cost model's profile prior. ``step``: the count of the step it measured (default: the last decided; on
         a GPU times arrive steps later)."""
         if warmup:
-            self.cost.add_profile_sample(phase, batch, size, ms, rows, drafting, context)
+            self.cost.add_profile_sample(phase, batch, size, ms, rows, drafting, context, warmup=True)
             self._warm_samples += phase == DRAFT
             return
         step = self.counters.steps if step is None else step

@@ -279,6 +279,7 @@ class StepCostModel:
         # (batch bucket, depth) -> (the shape of its last step, the fit's price of it): a refit rebases the residual
         self._priced_at: dict[tuple[int, int], tuple[tuple, float]] = {}
         self._steps = 0  # steps recorded
+        self._warmed: dict[int, int] = {}  # batch bucket -> the deepest depth the start-up warm-up's steps ran there
         self._factors: dict[tuple[int, int], np.ndarray] = {}  # ``depth_factor`` by (bucket, depth) till a step
         # (source bucket, depth, bucket) -> (the ``_priced_at`` entry it was made from, log(its price / ``bucket``'s))
         self._offsets: dict[tuple[int, int, int], tuple[tuple, float]] = {}
@@ -462,11 +463,14 @@ class StepCostModel:
 
     def priced_depth(self, batch: int) -> int | None:
         """The deepest drafting depth recent steps of ``batch``'s bucket measured (evidence faded by age at least
-        ``PRICED_EVIDENCE``; 0: none), or None before any step is measured."""
+        ``PRICED_EVIDENCE``; 0: none) or the start-up warm-up's real steps ran there, or None before any step is
+        measured."""
         if not self._steps:
             return None
-        seen = self._residual.get(bucket_of(batch), {})
-        return max((depth for depth, e in self._evidence(seen).items() if e >= PRICED_EVIDENCE), default=0)
+        bucket = bucket_of(batch)
+        seen = self._residual.get(bucket, {})
+        measured = (depth for depth, e in self._evidence(seen).items() if e >= PRICED_EVIDENCE)
+        return max(max(measured, default=0), self._warmed.get(bucket, 0))
 
     def modelled_step_ms(self, batch: int, verify_tokens: int, depth: int, draft_rows: int, drafting: int,
                          context: int, bucket: int | None = None) -> float:
@@ -500,11 +504,16 @@ class StepCostModel:
 
     # -- measurements ------------------------------------------------------------------------------------
     def add_profile_sample(self, phase: str, batch: int, size: int, ms: float, rows: int | None = None,
-                           drafting: int | None = None, context: int = 0) -> None:
+                           drafting: int | None = None, context: int = 0, warmup: bool = False) -> None:
         """A start-up measurement: ``size`` is verified tokens (verify, over ``context`` tokens of context) or
         draft steps (draft, with the draft ``rows`` computed, default every request at every step, and the
-        ``drafting`` requests, default all)."""
+        ``drafting`` requests, default all). ``warmup``: a step of the start-up warm-up, which runs every depth
+        at every batch bucket as serving will (CUDA graphs and all), so its depth counts as measured at its
+        bucket (``priced_depth``): a burst need not climb one depth at a time to what the warm-up priced."""
         self._prior[phase].add(self._features(phase, batch, size, rows, drafting, context), float(ms), batch)
+        if warmup and phase == DRAFT:
+            bucket = bucket_of(batch)
+            self._warmed[bucket] = max(self._warmed.get(bucket, 0), int(size))
 
     def record(self, phase: str, batch: int, size: int, ms: float, rows: int | None = None,
                drafting: int | None = None, context: int = 0) -> None:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sglang_faser.spec.acceptance import AcceptanceTracker
-from sglang_faser.spec.cost_model import StepCostModel
+from sglang_faser.spec.cost_model import DRAFT, StepCostModel
 from sglang_faser.spec.config import FaserConfig
 from sglang_faser.spec.controller import MAX_PENDING_STEPS, LengthController
 from sglang_faser.spec.policy import plan_ms
@@ -92,6 +92,35 @@ def test_drafting_at_a_batch_size_goes_one_depth_deeper_than_its_recent_steps_me
     both = first + [f"b{i}" for i in range(16)]
     assert step(both).max() == 1
     assert [int(step(both)[:16].min()) for _ in range(5)] == [2, 3, 4, 5, 5]
+
+
+def test_a_batch_size_the_start_up_warm_up_ran_every_depth_at_drafts_deep_at_once():
+    """As above, but the start-up warm-up ran every depth at 32 requests (its steps, CUDA graphs and all, are what
+    serving runs): that bucket's prices are measured, and the 32 requests draft the window from their first step
+    (on an H200 the climb cost a burst of 16-31 requests a dozen steps at one to six drafts, the fourth lease)."""
+    results = {}
+    for warmed in (False, True):
+        controller = LengthController(FaserConfig(max_len=5), window=5, cost=_cheap_drafts(), calibration_sweeps=0)
+        cost = controller.cost
+        if warmed:  # as the engine records a warm-up step's draft phase, priced as the fit would
+            for depth in range(1, 6):
+                ms = cost.modelled_step_ms(32, 32 * (depth + 1), depth, 32 * (depth - 1), 32, 0)
+                controller.record_phase(DRAFT, 32, depth, ms, rows=32 * (depth - 1), drafting=32, warmup=True)
+
+        def step(rids):
+            decision = controller.decide(rids)
+            controller.observe(decision.lengths)  # every draft passes
+            lengths = decision.lengths
+            shape = (len(rids), len(rids) + int(lengths.sum()), decision.depth,
+                     int(np.maximum(lengths - 1, 0).sum()), int(np.count_nonzero(lengths)), 0)
+            controller.record_step(*shape, ms=cost.modelled_step_ms(*shape))
+            return lengths
+
+        first = [f"a{i}" for i in range(16)]
+        for _ in range(8):
+            step(first)
+        results[warmed] = int(step(first + [f"b{i}" for i in range(16)])[:16].min())
+    assert results == {False: 1, True: 5}
 
 
 def test_at_batch_one_on_cpu_a_new_request_is_probed_short_and_a_passing_one_deeper_at_once():
