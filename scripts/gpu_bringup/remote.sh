@@ -4,8 +4,9 @@
 #   bash scripts/gpu_bringup/remote.sh install STAGE   # join + verify the carried pieces, pip install --target,
 #                                                      # probe the image, write the dummy-weight model folders
 #   bash scripts/gpu_bringup/remote.sh bench [ARGS]    # start serve_bench in the background (it outlives the call)
-#   bash scripts/gpu_bringup/remote.sh wait [SECONDS]  # poll it; tables + results.tgz (JSON, plots, server logs,
-#                                                      # TRACE=name step traces) into $OUT
+#   bash scripts/gpu_bringup/remote.sh wait [SECONDS]  # poll it; tables, each step trace's report and
+#                                                      # results.tgz (JSON, plots, server logs, TRACE=name step
+#                                                      # traces) into $OUT
 #   bash scripts/gpu_bringup/remote.sh smollm2 STAGE   # the carried SmolLM2 GGUF -> its HF folder; then
 #   MODEL=smollm2 bash scripts/gpu_bringup/remote.sh bench   # serves it with its shipped drafts, real acceptance
 #
@@ -84,6 +85,9 @@ wait)
   tail -c 3000 "$S/bench.log" | tr '\r' '\n' | tail -25
   if [ -n "${OUT:-}" ]; then   # at most 8 files come back from a call: the tables, and everything in one archive
     cp "$S"/results/serve_bench_*.md "$OUT"/ 2>/dev/null || true
+    for trace in "$S"/results/steps_*.jsonl; do   # each step trace's cost and choice table (trace_report.py)
+      [ -f "$trace" ] && python3 benchmarks/trace_report.py "$trace" > "$OUT/trace_$(basename "$trace" .jsonl).md" || true
+    done
     tail -c 4000000 "$S/bench.log" > "$S/results/bench.log"
     tar -czf "$OUT/results.tgz" -C "$S" results
   fi

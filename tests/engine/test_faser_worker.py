@@ -58,6 +58,13 @@ def test_the_step_trace_has_each_decode_step_with_its_plan_and_measured_times(ti
     # SGLang drops): each line is one step, with its acceptance
     committed = sum(step["accepted"][0] + 1 for step in steps)
     assert MAX_NEW - 1 <= committed <= MAX_NEW - 1 + steps[-1]["lengths"][0]
+    # the trace report reads it: every live step in one (bucket, depth) cell, batch bucket 1
+    from benchmarks import trace_report
+
+    summary = trace_report.report(steps)
+    live = [step for step in steps if not step["calibration"]]
+    assert 0 < summary["steps"] == len(live) == sum(cell["steps"] for cell in summary["cells"])
+    assert {cell["bucket"] for cell in summary["cells"]} <= {1}
 
 
 def test_fixed_mode_caps_every_request_at_its_length(tiny_suite, tokenizer, engine_pool, hf_greedy):
