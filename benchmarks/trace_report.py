@@ -5,7 +5,9 @@
 
 A trace is ``SGLANG_FASER_STEP_TRACE``'s output (``sglang_faser/engine/step_trace.py``): one line per decode step.
 For each (batch-size bucket, depth) the live steps (the start-up warm-up's and sweep's left out) give their count,
-the measured and the modelled step time (the price the policy chose on, after the measured residual), tokens
+the measured step time with the scheduler's host work since the last decode step (what the cost model prices: on
+CPU about a millisecond a step; on a GPU the device's timeline hides it) and the modelled one (the price the policy
+chose on, after the measured residual), tokens
 committed a request against what the policy expected, and tokens a millisecond a request: where the model's
 prices or hopes are off, and which depth paid at which batch size. Below it the climbs, the runs where a batch
 size newly entered started at one draft and went deeper one depth at a time (the cost-side probe,
@@ -40,6 +42,11 @@ def live_steps(lines: list[dict]) -> list[dict]:
     return [x for x in lines if "step_ms" in x and not x.get("warmup") and not x.get("calibration")]
 
 
+def _measured(step: dict) -> float:
+    """A step's milliseconds as the cost model counts them: the step and the host gap before it."""
+    return step["step_ms"] + step.get("host_ms", 0.0)
+
+
 def _committed(step: dict) -> float:
     """Tokens a request the step committed (accepted drafts and the bonus token), mean over its batch."""
     return (sum(step["accepted"]) + step["batch"]) / step["batch"]
@@ -54,7 +61,7 @@ def cells(steps: list[dict]) -> list[dict]:
     for (bucket, depth), group in sorted(by.items()):
         def mean(f):
             return statistics.fmean(f(s) for s in group)
-        measured, modelled = mean(lambda s: s["step_ms"]), mean(lambda s: s["expected_ms"])
+        measured, modelled = mean(_measured), mean(lambda s: s["expected_ms"])
         got = mean(_committed)
         rows.append({"bucket": bucket, "depth": depth, "steps": len(group), "measured_ms": measured,
                      "modelled_ms": modelled, "measured_over_modelled": measured / modelled if modelled else None,
@@ -89,15 +96,15 @@ def catch_ups(steps: list[dict]) -> dict:
 def report(lines: list[dict]) -> dict:
     steps = live_steps(lines)
     return {"steps": len(steps), "warmup_steps": sum(bool(x.get("warmup")) for x in lines),
-            "step_seconds": sum(s["step_ms"] for s in steps) / 1000, "cells": cells(steps),
+            "step_seconds": sum(map(_measured, steps)) / 1000, "cells": cells(steps),
             "climbs": climbs(steps), "catch_ups": catch_ups(steps)}
 
 
 def markdown(summary: dict, source: str) -> str:
     out = [f"# Step trace: {source}", "",
-           f"{summary['steps']} live decode steps ({summary['step_seconds']:.2f} s of step time), "
+           f"{summary['steps']} live decode steps ({summary['step_seconds']:.2f} s with their host gaps), "
            f"{summary['warmup_steps']} warm-up steps left out.", "",
-           "| batch bucket | depth | steps | measured ms | modelled ms | measured / modelled | tokens a request "
+           "| batch bucket | depth | steps | measured ms (with host gap) | modelled ms | measured / modelled | tokens a request "
            "(expected) | tokens/ms a request |", "|---|---|---|---|---|---|---|---|"]
     for r in summary["cells"]:
         ratio = "-" if r["measured_over_modelled"] is None else f"{r['measured_over_modelled']:.2f}"
