@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.serve import metrics, report, telemetry, workload  # noqa: E402
 from benchmarks.serve.configs import EXTRA, QUICK, configurations, deep_cycle_pair  # noqa: E402
 from benchmarks.serve.driver import drive  # noqa: E402
+from sglang_faser.engine.step_trace import ENV_VAR as TRACE_VAR  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 # SGLang's Triton watch (srt/utils/triton_load_watch.py), from SGLANG_TRITON_SLOW_COMPILE_THRESHOLD_SECS (1 s unless
@@ -61,7 +62,7 @@ def run_config(name: str, flags: list[str], args, workloads: dict, progress) -> 
 
     log = log_path(args, name)
     log.parent.mkdir(parents=True, exist_ok=True)
-    server = ServerProcess(server_flags(flags, args), log_path=log)
+    server = ServerProcess(server_flags(flags, args), log_path=log, env=trace_env(name))
     rows: dict = {}
     try:
         server.start(timeout=args.server_timeout)
@@ -80,6 +81,16 @@ def run_config(name: str, flags: list[str], args, workloads: dict, progress) -> 
     finally:
         server.stop()
     return rows
+
+
+def trace_env(name: str) -> dict[str, str]:
+    """Each configuration's FASER servers write their own step trace (``SGLANG_FASER_STEP_TRACE=steps.jsonl``:
+    ``steps_faser.jsonl``, ``steps_faser-k0.jsonl``, ...), so that one trace holds one policy's steps."""
+    path = os.environ.get(TRACE_VAR)
+    if not path:
+        return {}
+    base = Path(path)
+    return {TRACE_VAR: str(base.with_name(f"{base.stem}_{name}{base.suffix}"))}
 
 
 def log_path(args, name: str) -> Path:
@@ -257,7 +268,7 @@ def write_results(args, workloads, runs, failed_configs, began, final):
             "server_args": args.server_arg, "synthetic_acceptance": args.synthetic, "failed_configs": failed_configs,
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset"),  # the servers inherit it
             # the step trace is FASER's own host work (a JSON line a step): it slows FASER's servers alone
-            "step_trace": os.environ.get("SGLANG_FASER_STEP_TRACE"),
+            "step_trace": os.environ.get(TRACE_VAR),
             "serving_time_compiles": serving_compiles(args, sorted({name for _, name, _ in runs})),
             "minutes": round((time.time() - began) / 60, 1), "complete": final}
     args.out_dir.mkdir(parents=True, exist_ok=True)

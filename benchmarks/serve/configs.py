@@ -12,7 +12,8 @@
 * ``faser-warm``: ``faser`` with the start-up warm-up (``--faser-warmup on``, off on CPU by default): its costs
   measured before the first request instead of by a start-up sweep of live ones (not part of the default set);
 * ``faser-k0``: the FASER worker with every length 0 (``--faser-mode off``): what a step without speculation
-  costs inside a speculative server, against ``no-spec`` (not part of the default set);
+  costs inside a speculative server, against ``no-spec`` (not part of the default set; without the start-up
+  warm-up, whose other depths it never runs: it starts as fast as ``no-spec``, which compiles at first use too);
 * ``faser-fixed-k``: the FASER worker holding every length at k (``--faser-mode fixed``): what FASER's own step
   costs at stock SGLang's shapes, against ``fixed-k`` (not part of the default set).
 """
@@ -40,7 +41,7 @@ def configurations(algorithm: str = "EAGLE", window: int = 7, fixed=FIXED, adapt
     for size in frontiers:
         configs[f"faser-frontier-{size}"] = spec_flags(algorithm, window, "--faser-frontier-size", str(size))
     configs["faser-warm"] = spec_flags(algorithm, window, "--faser-warmup", "on")
-    configs["faser-k0"] = spec_flags(algorithm, window, "--faser-mode", "off")
+    configs["faser-k0"] = spec_flags(algorithm, window, "--faser-mode", "off", "--faser-warmup", "off")
     configs.update({f"faser-fixed-{k}": spec_flags(algorithm, window, "--faser-mode", "fixed", "--faser-fixed-len",
                                                     str(k)) for k in fixed})
     return configs

@@ -5,7 +5,7 @@
 #                                                      # probe the image, write the dummy-weight model folders
 #   bash scripts/gpu_bringup/remote.sh bench [ARGS]    # start serve_bench in the background (it outlives the call)
 #   bash scripts/gpu_bringup/remote.sh wait [SECONDS]  # poll it; tables, each step trace's report and
-#                                                      # results.tgz (JSON, plots, server logs, TRACE=name step
+#                                                      # results.tgz (JSON, plots, server logs, TRACE=1 step
 #                                                      # traces) into $OUT
 #   bash scripts/gpu_bringup/remote.sh smollm2 STAGE   # the carried SmolLM2 GGUF -> its HF folder; then
 #   MODEL=smollm2 bash scripts/gpu_bringup/remote.sh bench   # serves it with its shipped drafts, real acceptance
@@ -69,12 +69,15 @@ bench)
   if [ "$accept" != none ]; then args+=(--synthetic-acceptance "$accept"); fi
   if [ $# -eq 0 ]; then   # what fits a 15-minute lease beside the pieces: 5 servers (~75 s to start each), 2 rates,
     # 10 minutes on an H200 (benchmarks/results/gpu/README.md)
-    set -- --configs no-spec faser sglang-adaptive fixed-3 fixed-1 --rates 4 32 --arrivals poisson --requests 48 \
+    # faser-k0 (every length 0) in fixed-1's place: what a step without speculation costs on a GPU (the fourth lease:
+    # a parked step at batch 1 above no-spec's time per token), beside fixed-3, the best fixed length there so far
+    set -- --configs no-spec faser sglang-adaptive fixed-3 faser-k0 --rates 4 32 --arrivals poisson --requests 48 \
            --max-new-tokens 128
   fi
   rm -f "$S/bench.rc"
   mkdir -p "$S/results"
-  if [ -n "${TRACE:-}" ]; then export SGLANG_FASER_STEP_TRACE="$S/results/steps_$TRACE.jsonl"; fi   # FASER's steps
+  # TRACE=1: each FASER configuration's step trace, steps_<config>.jsonl (serve_bench.py trace_env)
+  if [ -n "${TRACE:-}" ]; then export SGLANG_FASER_STEP_TRACE="$S/results/steps.jsonl"; fi
   setsid nohup bash -c 'python3 benchmarks/serve_bench.py "$@"; echo $? > "'"$S"'/bench.rc"' _ "${args[@]}" "$@" \
     > "$S/bench.log" 2>&1 < /dev/null &
   echo "serve_bench started (pid $!); log $S/bench.log"

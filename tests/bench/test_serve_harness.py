@@ -141,7 +141,8 @@ def test_configurations_map_to_launcher_flags():
     assert list(configs) == ["no-spec", "no-spec-sync", "fixed-1", "fixed-3", "fixed-5", "fixed-7",
                              "sglang-adaptive", "faser", "faser-exact", "faser-frontier-2", "faser-warm", "faser-k0",
                              "faser-fixed-1", "faser-fixed-3", "faser-fixed-5", "faser-fixed-7"]
-    assert configs["faser-k0"][-2:] == ["--faser-mode", "off"]  # the worker at length 0: a k = 0 step's cost
+    # the worker at length 0: a k = 0 step's cost (no warm-up of depths it never runs)
+    assert configs["faser-k0"][-4:] == ["--faser-mode", "off", "--faser-warmup", "off"]
     # FASER's worker held at a stock length, inside the same window as the adaptive server: its own path's cost
     assert configs["faser-fixed-3"][-4:] == ["--faser-mode", "fixed", "--faser-fixed-len", "3"]
     assert configs["faser-warm"][-2:] == ["--faser-warmup", "on"]  # its costs measured before the first request
@@ -194,6 +195,15 @@ def test_serving_time_compiles_and_a_step_trace_are_reported(tmp_path):
     assert "step trace" not in text
     traced = report.markdown({"poisson": {"faser": {"2.0": row}}}, {"step_trace": "/tmp/steps.jsonl"})
     assert "**FASER's servers wrote a step trace**" in traced
+
+
+def test_each_configuration_writes_its_own_step_trace(monkeypatch):
+    from benchmarks import serve_bench
+
+    monkeypatch.delenv("SGLANG_FASER_STEP_TRACE", raising=False)
+    assert serve_bench.trace_env("faser") == {}
+    monkeypatch.setenv("SGLANG_FASER_STEP_TRACE", "/tmp/r/steps.jsonl")
+    assert serve_bench.trace_env("faser-k0") == {"SGLANG_FASER_STEP_TRACE": "/tmp/r/steps_faser-k0.jsonl"}
 
 
 def test_lossless_check_counts_outputs_equal_to_no_spec_and_drops_the_texts():
