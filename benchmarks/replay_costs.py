@@ -23,6 +23,7 @@ import importlib.util
 import math
 import statistics
 import sys
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,7 +71,7 @@ def replay(cm, steps: list[dict]) -> dict:
     """One server's steps through a fresh model: {"own": [log errors], "uses": {n: [...]}, "switches": [...]}."""
     model = cm.StepCostModel(draft_cut=True)
     own, uses, switches = [], {n: [] for n in range(FIRST_USES)}, []
-    sweep, warm_shapes, last = 0, set(), {}
+    sweep, warm_shapes, last, ran = 0, set(), {}, Counter()  # ran: live steps recorded by (bucket, depth)
     for i, step in enumerate(steps):
         s = shape(step)
         batch, rows, depth, draft_rows, drafting, context = s
@@ -93,14 +94,14 @@ def replay(cm, steps: list[dict]) -> dict:
         if ms > 0 and price > 0:
             error = math.log(ms / price)
             own.append(error)
-            ran = model._residual.get(bucket, {}).get(depth, [0, 0, 0])[1] if depth else FIRST_USES
-            if ran < FIRST_USES:
-                uses[ran].append(error)
+            if depth and ran[(bucket, depth)] < FIRST_USES:
+                uses[ran[(bucket, depth)]].append(error)
             before = last.get(bucket)
             if before is not None and before[0][2] != depth and before[2] == i - 1:
                 earlier = float(model.step_ms(*before[0]))
                 switches.append(math.log(price / earlier) - math.log(ms / before[1]))
             last[bucket] = (s, ms, i)
+        ran[(bucket, depth)] += 1
         model.record(cm.VERIFY, batch, rows, step["verify_ms"], context=context)
         model.record(cm.DRAFT, batch, depth, step["draft_ms"], rows=draft_rows, drafting=drafting)
         modelled = model.modelled_step_ms(batch, rows, depth, draft_rows, drafting, context)

@@ -37,15 +37,15 @@ from benchmarks.ab_servers import workload_requests  # noqa: E402
 from benchmarks.oracle_lengths import KINDS, parse_plan  # noqa: E402
 from sglang_faser.spec.config import FaserConfig  # noqa: E402
 from sglang_faser.spec.controller import LengthController  # noqa: E402
+from benchmarks.trace_report import read  # noqa: E402
 from sglang_faser.spec.cost_model import StepCostModel  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 
 
 def read_trace(path: str | Path) -> list[dict]:
-    """The batch-1 steps of a step trace, warm-up steps left out, in order."""
-    lines = (json.loads(line) for line in Path(path).read_text().splitlines() if line.strip())
-    return [r for r in lines if r["batch"] == 1 and not r.get("warmup")]
+    """The batch-1 steps of a step trace (``.jsonl`` or ``.jsonl.gz``), warm-up steps left out, in order."""
+    return [r for r in read(Path(path)) if r["batch"] == 1 and not r.get("warmup")]
 
 
 def run_lengths(trace: list[dict], window: int) -> list[list[int]]:

@@ -24,6 +24,8 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from sglang_faser.spec import cost_model
+
 CLIMB_LOOKAHEAD = 24  # steps of a bucket after it is entered within which a climb reaches its top
 
 
@@ -35,7 +37,7 @@ def read(path: Path) -> list[dict]:
 
 def bucket_of(batch: int) -> int:
     """The cost model's batch-size bucket, named by its smallest size (1, 2, 4, 8, ...)."""
-    return 1 << (max(int(batch), 1).bit_length() - 1)
+    return 1 << cost_model.bucket_of(batch)
 
 
 def live_steps(lines: list[dict]) -> list[dict]:
