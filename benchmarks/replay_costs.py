@@ -11,8 +11,9 @@ host gap before it (log error), overall and for the first three steps of each (b
 a new shape's price comes from elsewhere; and consecutive steps of one bucket that switched depth (the price ratio
 against the measured one), which is what a choice between depths rests on. The variant is any copy of
 ``sglang_faser/spec/cost_model.py`` with the same interface, so a change to the model is tried against every kept
-trace before a server runs it (the thirty-ninth session's README paragraph has two such tries). Shapes are the
-ragged path's (each request's own rows): GPU traces, verified uniformly, are priced a little low at mixed lengths.
+trace before a server runs it (benchmarks/results/HISTORY.md, the thirty-ninth session's paragraph, has two such
+tries). Shapes are the ragged path's (each request's own rows): GPU traces, verified uniformly, are priced a little
+low at mixed lengths.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ process faulting 330,000-440,000 pages a second, until the first requests finish
 second from then on, at the same batch and context (most likely an allocation made then, which lives on, pins the
 heap's top); with the pad raised, 22-34 ms at 0-8,000 faults a second from the first step. Every configuration served
 a burst's first seconds at about half speed, and FASER's cost model read the slow spell as the price of whatever
-depth ran in it (README, thirty-eighth session). The pad is address space: pages are only backed once touched, and at
-most the pad stays touched and unreturned.
+depth ran in it (benchmarks/results/HISTORY.md, thirty-eighth session). The pad is address space: pages are only
+backed once touched, and at most the pad stays touched and unreturned.
 """
 
 from __future__ import annotations
