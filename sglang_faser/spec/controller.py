@@ -92,9 +92,13 @@ class StepDecision:
     expected_tokens: float = 0.0  # what the policy expected of its plan (a calibration step runs other lengths)
     expected_ms: float = 0.0
     held: bool = False  # a decision at the batch's bounds reused without deciding again
-    # whether the step's measured time is a cost sample: a parked hold's deciding step is not (it pays the decision
-    # its held steps skip; sampled, it priced a parked step at batch 1 on CPU 19 % above what held steps cost), a
-    # hold's last held step is, every other decided step is
+    # whether the step's measured time is a cost sample: a parked hold's deciding step of fewer than
+    # ``HOLD_STEP_BATCH`` requests is not (it pays the decision its held steps skip; sampled, it priced a parked step
+    # at batch 1 on CPU 19 % above what held steps cost), a hold's last held step is, every other decided step is.
+    # From ``HOLD_STEP_BATCH`` requests on the decision is a few % of the step, and a batch that changes every few
+    # steps (16 req/s) seldom reaches a hold's last step: its parked steps went unsampled, and at 8-31 requests on
+    # CPU they ran 1.12-1.27x their price where drafting ones ran at 1.00-1.03x (a trace at Poisson 16), so the
+    # policy parked where one draft paid 10-25 %
     sampled: bool = True
     warmup: bool = False  # a step of the start-up warm-up: no statistic observes it; sampled, its costs are prior
     means: np.ndarray | None = None  # [B, K] the posterior means it decided on (where ``explain``: the step trace)
@@ -283,9 +287,9 @@ class LengthController:
         holds = bounded and not calibration and not (adaptive and parked and long_steps)
         self._held = ((shape, dataclasses.replace(decision, held=True, sampled=False), hold - 1, hold, parked)
                       if holds else None)
-        # a parked hold's deciding step is not a sample; a drafting one's is (a rejection may end its hold before its
-        # last held step, every time)
-        return dataclasses.replace(decision, sampled=False) if holds and parked else decision
+        # a small parked batch's hold's deciding step is not a sample; a drafting one's is (a rejection may end its
+        # hold before its last held step, every time), and so is a large batch's (``HOLD_STEP_BATCH``)
+        return dataclasses.replace(decision, sampled=False) if holds and parked and batch < HOLD_STEP_BATCH else decision
 
     def _as_probe(self, rids: list[str], plan: StepPlan, probs, means, limit, mins, uniform: bool, weights,
                   context: int, resume) -> StepPlan:

@@ -482,6 +482,20 @@ def test_a_parked_holds_deciding_step_is_no_cost_sample_and_a_drafting_holds_is(
     assert [drafting.decide(["a"]).sampled for _ in range(4)] == [True, False, False, True]
 
 
+def test_a_large_parked_batchs_deciding_step_is_a_cost_sample():
+    """From ``HOLD_STEP_BATCH`` requests a parked hold's deciding step is priced too: such a batch changes every
+    few steps at 16 req/s and seldom reaches its hold's last step, and unsampled its parked steps ran 1.12-1.27x
+    their price on CPU while drafting steps ran at theirs."""
+    from sglang_faser.spec.controller import HOLD_STEP_BATCH
+
+    for batch, first in ((HOLD_STEP_BATCH - 1, False), (HOLD_STEP_BATCH, True)):
+        parked = LengthController(FaserConfig(mode="off"), window=3)
+        rids = [f"r{i}" for i in range(batch)]
+        runs = [parked.decide(rids) for _ in range(4)]
+        assert [d.held for d in runs] == [False, True, True, True]
+        assert [d.sampled for d in runs] == [first, False, False, True]
+
+
 def test_a_start_up_sweep_sample_read_steps_late_still_joins_the_prior():
     """On a GPU a step's times arrive a step or two after it (engine/step_clock.py): the sweep's last samples
     must go where their own step puts them (the profile prior), not where the step count is when they arrive."""
