@@ -3,13 +3,16 @@
     python benchmarks/replay_costs.py steps.jsonl [more.jsonl.gz ...]
     python benchmarks/replay_costs.py --module /tmp/variant_cost_model.py traces...   # a variant of spec/cost_model.py
 
-Each server in a trace (``SGLANG_FASER_STEP_TRACE``; a new server starts where a start-up sweep starts again) is
-replayed into a fresh ``StepCostModel`` as the worker feeds it: the sweep's steps (the first only warming up) and the
-warm-up's repeated shapes as the profile prior, then every live step that was priced (a hold's last step, every
-decided one) is priced first and recorded after. Scored: each step's own price against what it measured, with the
-host gap before it (log error), overall and for the first three steps of each (batch bucket, drafting depth), where
-a new shape's price comes from elsewhere; and consecutive steps of one bucket that switched depth (the price ratio
-against the measured one), which is what a choice between depths rests on. The variant is any copy of
+Each server in a trace (``SGLANG_FASER_STEP_TRACE``; a new server starts at its start-up profile's line, or in
+older traces where a start-up sweep starts again) is replayed into a fresh ``StepCostModel`` as the worker feeds it:
+the start-up profile's verify passes (traces since the fortieth session; older ones lack this CPU prior, so their
+replays price from the sweep alone), the sweep's steps (the first only warming up) and the warm-up's repeated shapes
+as the profile prior, then every live step that fed the model (``sampled``; in older traces inferred: a hold's last
+step, every decided one) is priced first and recorded after, and the ragged verifier's passes of the others too.
+Scored: each step's own price against what it measured, with the host gap before it (log error), overall and for
+the first three steps of each (batch bucket, drafting depth), where a new shape's price comes from elsewhere; and
+consecutive steps of one bucket that switched depth (the price ratio against the measured one), which is what a
+choice between depths rests on. The variant is any copy of
 ``sglang_faser/spec/cost_model.py`` with the same interface, so a change to the model is tried against every kept
 trace before a server runs it (benchmarks/results/HISTORY.md, the thirty-ninth session's paragraph, has two such
 tries). Shapes are the ragged path's (each request's own rows): GPU traces, verified uniformly, are priced a little
@@ -47,9 +50,15 @@ def load_model(module: str | None):
 
 
 def servers(lines: list[dict]) -> list[list[dict]]:
-    """A trace's steps, cut where a start-up sweep begins again (a new server of the same configuration)."""
+    """A trace's steps, cut where a server's start-up profile is (its first line, where the trace has one) or
+    where a start-up sweep begins again (a new server of the same configuration); a server's profile line first."""
     found, current, sweeping = [], [], False
     for line in lines:
+        if "profile" in line:
+            if current:
+                found.append(current)
+            current, sweeping = [line], True  # its sweep follows
+            continue
         if "step_ms" not in line:
             continue
         if line.get("calibration") and current and not sweeping:
@@ -68,12 +77,25 @@ def shape(step: dict) -> tuple:
             sum(1 for k in lengths if k), int(step["context"]))
 
 
+def sampled(steps: list[dict], i: int) -> bool:
+    """Whether step ``i`` fed the cost model: as its trace line says, or (older traces) unless it was a held step
+    before the last of its hold."""
+    if "sampled" in steps[i]:
+        return steps[i]["sampled"]
+    return not (steps[i].get("held") and i + 1 < len(steps) and steps[i + 1].get("held"))
+
+
 def replay(cm, steps: list[dict]) -> dict:
     """One server's steps through a fresh model: {"own": [log errors], "uses": {n: [...]}, "switches": [...]}."""
     model = cm.StepCostModel(draft_cut=True)
     own, uses, switches = [], {n: [] for n in range(FIRST_USES)}, []
     sweep, warm_shapes, last, ran = 0, set(), {}, Counter()  # ran: live steps recorded by (bucket, depth)
     for i, step in enumerate(steps):
+        if "profile" in step:  # the start-up profile's verify passes: the prior the first steps decide on
+            for batch, rows, context, ms in step["profile"]:
+                model.add_profile_sample(cm.VERIFY, batch, rows, ms, context=context)
+            model.refit()
+            continue
         s = shape(step)
         batch, rows, depth, draft_rows, drafting, context = s
         if step.get("warmup") or step.get("calibration"):
@@ -87,8 +109,10 @@ def replay(cm, steps: list[dict]) -> dict:
             if step.get("calibration") and (i + 1 == len(steps) or not steps[i + 1].get("calibration")):
                 model.refit()
             continue
-        if step.get("held") and i + 1 < len(steps) and steps[i + 1].get("held"):
-            continue  # a held step the worker did not price
+        if not sampled(steps, i):
+            if step.get("ragged"):  # the ragged verifier's passes are cost samples all the same
+                model.record(cm.VERIFY, batch, rows, step["verify_ms"], context=context)
+            continue
         ms = step["verify_ms"] + step["draft_ms"]  # the draft side's time holds the host gap before the step
         bucket = cm.bucket_of(batch)
         price = float(model.step_ms(batch, rows, depth, draft_rows, drafting, context))

@@ -45,7 +45,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 def read_trace(path: str | Path) -> list[dict]:
     """The batch-1 steps of a step trace (``.jsonl`` or ``.jsonl.gz``), warm-up steps left out, in order."""
-    return [r for r in read(Path(path)) if r["batch"] == 1 and not r.get("warmup")]
+    return [r for r in read(Path(path)) if r.get("batch") == 1 and not r.get("warmup")]
 
 
 def run_lengths(trace: list[dict], window: int) -> list[list[int]]:

@@ -82,13 +82,16 @@ def _dummy_verify_batch(runner, bs: int, width: int, window: int, prefix: int, d
     )
 
 
-def seed_cost_model(cost, runner, window: int) -> str:
-    """Profile and feed the prior into ``cost``; returns a one-line summary for the log and telemetry."""
+def seed_cost_model(cost, runner, window: int, on_samples=None) -> str:
+    """Profile and feed the prior into ``cost`` (and the samples to ``on_samples``, the step trace's); returns a
+    one-line summary for the log and telemetry."""
     try:
         samples = profile_verify(runner, window)
     except Exception as exc:  # an unusual backend: keep the default prior, say so
         logger.warning("FASER: start-up verify profile failed (%s); the cost model starts from its default", exc)
         return f"failed: {exc}"
+    if on_samples is not None:
+        on_samples(samples)
     for bs, rows, context, ms in samples:
         cost.add_profile_sample("verify", bs, rows, ms, context=context)
     cost.refit()

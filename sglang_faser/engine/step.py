@@ -237,7 +237,8 @@ class FaserEngine:
         if is_warmup(rids):  # its steps are the profile: real steps, CUDA graphs and all (spec/controller.py)
             self.profile = "warm-up steps"
         else:  # eager passes: the machine's cost on CPU; launch-bound on a GPU (a flat 26 ms a pass on an H200)
-            self.profile = seed_cost_model(self.controller.cost, sgl.target_runner(self.worker), self.window)
+            self.profile = seed_cost_model(self.controller.cost, sgl.target_runner(self.worker), self.window,
+                                           on_samples=None if self.trace is None else self.trace.profile)
         logger.info("FASER verify path: %s", self.verify_path)
         if self.verify_path != "ragged" and self.config.frontier_size:
             logger.warning("FASER: --faser-frontier-size %d needs the ragged verify path; this backend verifies "
@@ -333,7 +334,8 @@ class FaserEngine:
         # what pricing needs, without the step's tensors (on a GPU it waits a step or two for the device)
         passes = verifier.pass_marks if verifier is not None else None
         verify_rows = verifier.stats.planned_rows if verifier is not None else bs * width
-        traced = self.trace.decided(decision, view.rids) if self.trace is not None else None
+        traced = (self.trace.decided(decision, view.rids, ragged=verifier is not None) if self.trace is not None
+                  else None)
         step = controller.counters.steps
         if decision.sampled or traced is not None:  # most held steps price nothing (``LengthController.decide``)
             self.clock.when_ready(marks.ended, lambda: self._record_costs(decision, draft_rows, passes, verify_rows,

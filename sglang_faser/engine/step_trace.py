@@ -5,7 +5,9 @@ JSON line: when its times were read, the batch size, its requests' ids and conte
 and the depth run, what the policy expected (tokens and milliseconds, after the measured residual) and the posterior
 means of each request's acceptance by position it decided on (``held``: the last deciding step's), the measured
 phases (verify, the rest of the step with the scheduler's host time, catch-up), the drafts each request had
-accepted, and the cost model's coefficients and depth factors for that batch. A line is written once its step's
+accepted, and the cost model's coefficients and depth factors for that batch (and whether the step's time fed the
+cost model: ``sampled``, ``ragged``); a server's first line holds its start-up profile (CPU). A line is written once
+its step's
 acceptance (SGLang reports it after the step, ``observe``) and its measured times (on a GPU read a step or two
 later) have both arrived, line-buffered, so the trace of a live server can be read while it serves; off by default
 (a JSON line per step is host work a server should not pay unasked).
@@ -41,8 +43,15 @@ class StepTrace:
         path = os.environ.get(ENV_VAR)
         return cls(path) if path else None
 
-    def decided(self, decision, rids: list | None = None) -> dict:
-        """A step as decided (``rids``: its requests, in batch order); ``measured`` and ``observe`` complete it."""
+    def profile(self, samples) -> None:
+        """The start-up profile's verify passes, ``[(requests, rows, context tokens, ms)]``, as one line at once:
+        the cost model's prior, which a replay of the trace (``benchmarks/replay_costs.py``) starts from."""
+        self._file.write(json.dumps({"profile": [[int(b), int(r), int(c), round(float(ms), 4)]
+                                                 for b, r, c, ms in samples]}) + "\n")
+
+    def decided(self, decision, rids: list | None = None, ragged: bool = False) -> dict:
+        """A step as decided (``rids``: its requests, in batch order; ``ragged``: verified by the ragged verifier,
+        whose passes are cost samples whether the step is or not); ``measured`` and ``observe`` complete it."""
         record = {
             "batch": len(decision.lengths),
             **({} if rids is None else {"rids": [str(rid) for rid in rids]}),
@@ -53,6 +62,8 @@ class StepTrace:
             "expected_tokens": round(decision.expected_tokens, 3),
             "expected_ms": round(decision.expected_ms, 3),
             "held": bool(decision.held),  # a decision reused without deciding again (its means are the deciding step's)
+            "sampled": bool(decision.sampled),  # its measured time fed the cost model
+            "ragged": bool(ragged),
         }
         if decision.means is not None:  # what the policy believed of each request's acceptance by position
             record["means"] = np.round(decision.means, 3).tolist()

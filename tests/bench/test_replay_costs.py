@@ -34,3 +34,24 @@ def test_a_linear_machine_is_priced_closely_once_fitted_and_a_variant_file_repla
     assert total["uses"][0] and total["switches"]
     variant = replay_costs.main([str(path), "--module", str(COST_MODEL)])
     assert variant["own"] == total["own"]
+
+
+def test_a_traces_start_up_profile_is_the_replays_prior_and_its_sampled_flags_say_what_fed_the_model(tmp_path):
+    """A server's first line holds its start-up profile: the replay starts from it (a new server there, no sweep
+    needed to tell them apart), and a step marked unsampled is neither priced nor recorded, held or not."""
+    profile = {"profile": [[b, b * w, 64 * b, 2.0 + 0.1 * b * w + 0.3 * b] for b in (1, 2, 4) for w in (1, 2, 4)]}
+    live = [_step(2 + (i // 8) % 3, i % 4) for i in range(40)]
+    for i, step in enumerate(live):
+        step["sampled"] = i % 5 != 0
+    path = tmp_path / "steps.jsonl"
+    path.write_text("\n".join(json.dumps(s) for s in [profile, *live, profile, *live]) + "\n")
+    found = replay_costs.servers(replay_costs.read(path))
+    assert [len(s) for s in found] == [41, 41] and "profile" in found[1][0]
+    total = replay_costs.main([str(path)])
+    assert len(total["own"]) == 2 * 32  # eight unsampled steps a server are not scored
+    # the profile prices this machine's verify passes before any step is recorded: without it the first steps are
+    # priced from the model's defaults
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text("\n".join(json.dumps(s) for s in live) + "\n")
+    first = replay_costs.main([str(bare)])["own"][:4]
+    assert sum(map(abs, total["own"][:4])) < 0.5 * sum(map(abs, first))

@@ -45,9 +45,13 @@ def test_the_step_trace_has_each_decode_step_with_its_plan_and_measured_times(ti
     path = engine_pool.trace_path("faser-EAGLE")
     before = path.read_text().splitlines() if path.exists() else []
     out = engine.generate(input_ids=tokenizer(PROMPTS[0]).input_ids, sampling_params=GREEDY)
-    steps = [json.loads(line) for line in path.read_text().splitlines()[len(before):]]
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    steps = [line for line in lines[len(before):] if "profile" not in line]
     assert steps, "no decode step traced"
+    # the server's first line is its start-up profile (CPU: eager verify passes), a replay's prior
+    assert "profile" in lines[0] and all(len(sample) == 4 for sample in lines[0]["profile"])
     for step in steps:
+        assert isinstance(step["sampled"], bool) and isinstance(step["ragged"], bool)
         assert step["batch"] == len(step["lengths"]) == 1
         assert step["rids"] == [out["meta_info"]["id"]]  # which request each length was for
         assert step["depth"] == max(step["lengths"])  # depth tiers: the step runs its deepest length

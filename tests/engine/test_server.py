@@ -95,7 +95,7 @@ def test_the_warmup_runs_every_depth_at_every_batch_bucket_before_serving_and_is
     log = server.log_path.read_text()
     assert "FASER warm-up: depths 0..3 at batches [2, 3, 4]" in log
     assert log.index("Warmup ended") < log.index("The server is fired up")
-    warm = [line for line in map(json.loads, server.trace_path.read_text().splitlines()) if line["warmup"]]
+    warm = [line for line in map(json.loads, server.trace_path.read_text().splitlines()) if line.get("warmup")]
     every = {(0, False)} | {(depth, parked) for depth in (1, 2, 3) for parked in (False, True)}
     for batch in (2, 3, 4):
         ran = {(line["depth"], 0 in line["lengths"] and line["depth"] > 0) for line in warm if line["batch"] == batch}
