@@ -86,9 +86,10 @@ def sampled(steps: list[dict], i: int) -> bool:
 
 
 def replay(cm, steps: list[dict]) -> dict:
-    """One server's steps through a fresh model: {"own": [log errors], "uses": {n: [...]}, "switches": [...]}."""
+    """One server's steps through a fresh model: {"own": [log errors], "uses": {n: [...]}, "switches": [...],
+    "fidelity": [log(replayed / the server's price) of each decided parked step]}."""
     model = cm.StepCostModel(draft_cut=True)
-    own, uses, switches = [], {n: [] for n in range(FIRST_USES)}, []
+    own, uses, switches, fidelity = [], {n: [] for n in range(FIRST_USES)}, [], []
     sweep, warm_shapes, last, ran = 0, set(), {}, Counter()  # ran: live steps recorded by (bucket, depth)
     for i, step in enumerate(steps):
         if "profile" in step:  # the start-up profile's verify passes: the prior the first steps decide on
@@ -109,6 +110,8 @@ def replay(cm, steps: list[dict]) -> dict:
             if step.get("calibration") and (i + 1 == len(steps) or not steps[i + 1].get("calibration")):
                 model.refit()
             continue
+        if not step.get("held") and depth == 0 and step.get("expected_ms"):  # the server priced this very shape
+            fidelity.append(math.log(float(model.step_ms(batch, rows, 0, 0, 0, context)) / step["expected_ms"]))
         if not sampled(steps, i):
             if step.get("ragged"):  # the ragged verifier's passes are cost samples all the same
                 model.record(cm.VERIFY, batch, rows, step["verify_ms"], context=context)
@@ -131,7 +134,7 @@ def replay(cm, steps: list[dict]) -> dict:
         model.record(cm.DRAFT, batch, depth, step["draft_ms"], rows=draft_rows, drafting=drafting)
         modelled = model.modelled_step_ms(batch, rows, depth, draft_rows, drafting, context)
         model.record_step(batch, depth, modelled, ms, shape=(rows, draft_rows, drafting, context))
-    return {"own": own, "uses": uses, "switches": switches}
+    return {"own": own, "uses": uses, "switches": switches, "fidelity": fidelity}
 
 
 def summary(errors: list[float], ratio: str = "measured / priced") -> str:
@@ -147,18 +150,20 @@ def main(argv=None) -> dict:
     parser.add_argument("--module", help="a variant of sglang_faser/spec/cost_model.py (default: the package's)")
     args = parser.parse_args(argv)
     cm = load_model(args.module)
-    total = {"own": [], "uses": {n: [] for n in range(FIRST_USES)}, "switches": []}
+    total = {"own": [], "uses": {n: [] for n in range(FIRST_USES)}, "switches": [], "fidelity": []}
     for path in args.traces:
         for steps in servers(read(path)):
             scored = replay(cm, steps)
-            total["own"] += scored["own"]
-            total["switches"] += scored["switches"]
+            for key in ("own", "switches", "fidelity"):
+                total[key] += scored[key]
             for n, errors in scored["uses"].items():
                 total["uses"][n] += errors
     print(f"every priced step: {summary(total['own'])}")
     for n, errors in total["uses"].items():
         print(f"step {n + 1} of a (bucket, drafting depth): {summary(errors)}")
     print(f"depth switches: {summary(total['switches'], 'priced ratio / measured ratio')}")
+    # the package's model on a trace of the same code prices as the server did: 1.000 (older traces lack the profile)
+    print(f"decided parked steps: {summary(total['fidelity'], 'replayed price / server price')}")
     return total
 
 

@@ -55,3 +55,13 @@ def test_a_traces_start_up_profile_is_the_replays_prior_and_its_sampled_flags_sa
     bare.write_text("\n".join(json.dumps(s) for s in live) + "\n")
     first = replay_costs.main([str(bare)])["own"][:4]
     assert sum(map(abs, total["own"][:4])) < 0.5 * sum(map(abs, first))
+
+
+def test_a_replay_prices_each_decided_parked_step_as_the_server_did_on_a_trace_of_its_own_code():
+    """A kept trace of the current code (the fortieth session's, with its start-up profiles and sampled flags):
+    the package's model, replayed through it, prices every decided parked step exactly as each server had. A
+    change to ``spec/cost_model.py`` or to what the worker records that moves prices on purpose fails this: keep a
+    new trace then (``SGLANG_FASER_STEP_TRACE=... serve_bench.py --configs faser ...``, gzipped) and read it here."""
+    trace = replay_costs.ROOT / "benchmarks" / "results" / "traces" / "steps_s40-c16-64.jsonl.gz"
+    fidelity = replay_costs.main([str(trace)])["fidelity"]
+    assert len(fidelity) > 100 and max(map(abs, fidelity)) < 1e-3
