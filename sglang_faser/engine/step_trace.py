@@ -7,10 +7,9 @@ means of each request's acceptance by position it decided on (``held``: the last
 phases (verify, the rest of the step with the scheduler's host time, catch-up), the drafts each request had
 accepted, and the cost model's coefficients and depth factors for that batch (and whether the step's time fed the
 cost model: ``sampled``, ``ragged``); a server's first line holds its start-up profile (CPU). A line is written once
-its step's
-acceptance (SGLang reports it after the step, ``observe``) and its measured times (on a GPU read a step or two
-later) have both arrived, line-buffered, so the trace of a live server can be read while it serves; off by default
-(a JSON line per step is host work a server should not pay unasked).
+its step's acceptance (SGLang reports it after the step, ``observe``) and its measured times (on a GPU read a step or
+two later) have both arrived, line-buffered, so the trace of a live server can be read while it serves; off by
+default (a JSON line per step is host work a server should not pay unasked).
 """
 
 from __future__ import annotations
