@@ -45,8 +45,9 @@ def live_steps(lines: list[dict]) -> list[dict]:
 
 
 def _measured(step: dict) -> float:
-    """A step's milliseconds as the cost model counts them: the step and the host gap before it."""
-    return step["step_ms"] + step.get("host_ms", 0.0)
+    """A step's milliseconds as the cost model counts them: the step and the host gap before it, less its draft
+    catch-up (a one-off of the resumption, priced apart)."""
+    return step["step_ms"] + step.get("host_ms", 0.0) - step.get("catch_up_ms", 0.0)
 
 
 def _committed(step: dict) -> float:
