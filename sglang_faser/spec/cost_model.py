@@ -53,6 +53,8 @@ is not linear in depth, a machine loaded by other work since the start-up profil
 measured time is therefore also compared with the fit's price for its shape: ``residual`` keeps, per batch-size
 bucket and depth, a running mean of log(measured / modelled), and ``step_ms`` multiplies the fit's price by it
 (a refit moves each mean by how it reprices the shape last measured there: a residual is relative to its fit).
+What a step's depth did not expect moves the bucket's other depths too, most of the way (``SHARED_RATE``): the
+machine's speed is every depth's, so a depth not chosen for a while is not left at the speed of its last spell.
 It moves within a few steps (a burst of a new batch size is priced from its first steps, not 32 steps later);
 a parked step (depth 0, the target's plain decode) not run in a bucket takes the parked factor of the nearest
 buckets that ran one (re-expressed against its own bucket's fit), never other buckets' drafting steps'; a drafting
@@ -82,6 +84,14 @@ OUTLIER_FACTOR = 4.0
 CATCH_UP_WINDOW = 64  # catch-up samples the catch-up fit keeps
 CATCH_UP_PENALISED = np.array([False, True])  # [fixed per pass, per row]: the rows ridge-penalised
 RESIDUAL_RATE = 0.25  # weight of the newest step in a (bucket, depth) running mean of log(measured / modelled)
+# of a step's surprise (log of measured over its depth's corrected price), what moves every other depth of its bucket:
+# the machine's speed moves every depth alike (other work on the CPU comes and goes in spells), so only the rest,
+# RESIDUAL_RATE - SHARED_RATE, is what the step tells of its own depth against the others. Moved by their own steps
+# alone, the depths a policy was not choosing kept the speed of the spell they last ran in: at 32-63 requests on CPU
+# (Poisson 64) depth 3's factor went 0.75-1.24 within twenty steps while depth 1's stayed at the 1.25-1.6 of an
+# earlier spell, and FASER drafted 3-4 deep on 233 of 385 steps, at 0.030-0.031 tokens/ms a request against depth
+# 1-2's 0.034 (``traces/steps_s40-t64``; replayed with this rule, depth 1 against 3 moved 2.6x less, sd 0.042 in log)
+SHARED_RATE = 0.2
 RESIDUAL_CLIP = 0.4  # how far (in log) one step may pull that mean's sample from it, after the first two
 RESIDUAL_PSEUDO = 1.0  # steps' worth of the bucket's mean a depth's own residual is weighed against
 RESIDUAL_AGE = 0.98  # per step since a depth last ran: how much its own residual still counts
@@ -494,13 +504,19 @@ class StepCostModel:
             verify_tokens, draft_rows, drafting, context = shape
             self._priced_at[(bucket_of(batch), depth)] = (
                 (batch, verify_tokens, depth, draft_rows, drafting, context), modelled_ms)
-        running = self._residual.setdefault(bucket_of(batch), {}).setdefault(depth, [0.0, 0, 0])
+        by_depth = self._residual.setdefault(bucket_of(batch), {})
+        running = by_depth.setdefault(depth, [0.0, 0, 0])
         running[2] = self._steps
         r = float(np.log(ms / modelled_ms))
         if running[1] >= 2:  # a one-off stall (another process on the CPU, a first use) moves it a bounded step
             r = min(max(r, running[0] - RESIDUAL_CLIP), running[0] + RESIDUAL_CLIP)
+        surprise = r - running[0]
+        if running[1]:  # what its depth did not expect is mostly the machine's speed: every depth of the bucket
+            for other, moved in by_depth.items():
+                if other != depth:
+                    moved[0] += SHARED_RATE * surprise
         running[1] += 1  # a plain mean over the first steps, then a running one
-        running[0] += max(RESIDUAL_RATE, 1.0 / running[1]) * (r - running[0])
+        running[0] += max(RESIDUAL_RATE, 1.0 / running[1]) * surprise
 
     # -- measurements ------------------------------------------------------------------------------------
     def add_profile_sample(self, phase: str, batch: int, size: int, ms: float, rows: int | None = None,

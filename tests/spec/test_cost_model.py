@@ -468,3 +468,25 @@ def test_drafting_depths_lean_on_drafting_steps_until_a_long_parked_stretch_leav
     assert model.priced_depth(1) == 3
     assert model.depth_factor(1, 7)[5] > 1.2
     assert model.depth_factor(8, 7)[5] == pytest.approx(1.5, rel=0.02)  # a bucket not run yet: drafting's mean
+
+
+def test_a_depth_not_run_since_a_slow_spell_follows_the_machine_when_another_depth_shows_it_sped_up():
+    """The machine's speed moves every depth alike: at 32-63 requests on CPU depth 1, last run in a slow spell, kept
+    its 1.25-1.6x while depth 3's steps followed a fast one, and FASER drafted 3-4 deep where 1-2 paid more."""
+    model = StepCostModel(verify_coef=[10.0, 0.0, 0.0, 0.0], draft_coef=[0.0, 0.0, 0.0, 0.0, 0.0])
+    for _ in range(6):  # both depths at the fit's price: depth 3 costs 10 % more than the fit says
+        model.record_step(32, 1, 10.0, 10.0)
+        model.record_step(32, 3, 10.0, 11.0)
+    before = model.depth_factor(32, 3)
+    assert before[3] / before[1] == pytest.approx(1.1, rel=0.03)
+    for _ in range(8):  # a slow spell (1.5x) while only depth 1 runs
+        model.record_step(32, 1, 10.0, 15.0)
+    slow = model.depth_factor(32, 3)
+    assert slow[3] > 1.3 * before[3]  # depth 3, not run, is dearer too: the spell is the machine's
+    for _ in range(8):  # the machine is fast again while only depth 3 runs
+        model.record_step(32, 3, 10.0, 11.0)
+    after = model.depth_factor(32, 3)
+    assert after[1] < 1.25  # depth 1 is not left at the slow spell's price (moved by its own steps alone: 1.42)
+    # depth 3 against depth 1 as their own steps showed it, 1.1, within what one depth's steps cannot tell of the
+    # machine and of itself apart (a fifth of each spell's shift; moved by their own steps alone: 0.78)
+    assert 0.9 < after[3] / after[1] < 1.2
