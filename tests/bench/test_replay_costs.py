@@ -58,10 +58,10 @@ def test_a_traces_start_up_profile_is_the_replays_prior_and_its_sampled_flags_sa
 
 
 def test_a_replay_prices_each_decided_parked_step_as_the_server_did_on_a_trace_of_its_own_code():
-    """A kept trace of the current code (the fortieth session's, with its start-up profiles and sampled flags):
+    """A kept trace of the current code (the forty-first session's, with its start-up profiles and sampled flags):
     the package's model, replayed through it, prices every decided parked step exactly as each server had. A
     change to ``spec/cost_model.py`` or to what the worker records that moves prices on purpose fails this: keep a
     new trace then (``SGLANG_FASER_STEP_TRACE=... serve_bench.py --configs faser ...``, gzipped) and read it here."""
-    trace = replay_costs.ROOT / "benchmarks" / "results" / "traces" / "steps_s40-c16-64.jsonl.gz"
+    trace = replay_costs.ROOT / "benchmarks" / "results" / "traces" / "steps_s41-c16-64.jsonl.gz"
     fidelity = replay_costs.main([str(trace)])["fidelity"]
     assert len(fidelity) > 100 and max(map(abs, fidelity)) < 1e-3
