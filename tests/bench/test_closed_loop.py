@@ -1,0 +1,43 @@
+"""benchmarks/closed_loop.py: the cost model and the goodput policy against a machine of known costs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import closed_loop  # noqa: E402
+
+BLIND = '''
+from sglang_faser.spec.cost_model import *  # noqa: F401,F403
+from sglang_faser.spec.cost_model import StepCostModel as _Model
+
+
+class StepCostModel(_Model):
+    """Prices every step from its start-up prior: it never learns from the steps it runs."""
+
+    def record(self, *args, **kwargs):
+        pass
+
+    def record_step(self, *args, **kwargs):
+        pass
+'''
+
+
+def test_the_package_model_learns_what_the_prior_mispriced_and_a_model_fed_nothing_does_not(tmp_path):
+    """A prior that prices drafting at a third of its cost sends both deep; the steps FASER's controller records
+    bring the package's model back to one or two drafts, a model fed nothing stays three or four deep."""
+    learned = closed_loop.main(["--seeds", "2", "--steps", "600", "--draft-prior", "0.3"])
+    assert sum(learned["depths"]) == 1200
+    blind = tmp_path / "blind_cost_model.py"
+    blind.write_text(BLIND)
+    never = closed_loop.main(["--seeds", "2", "--steps", "600", "--draft-prior", "0.3", "--module", str(blind)])
+    assert sum(never["depths"][3:]) > 0.9 * 1200
+    assert sum(learned["depths"][1:3]) > 0.6 * 1200
+    assert sum(learned["ratios"]) > sum(never["ratios"])
+
+
+def test_with_the_default_prior_the_loop_runs_close_to_the_oracle():
+    assert min(closed_loop.main(["--seeds", "2", "--steps", "600"])["ratios"]) > 0.95
