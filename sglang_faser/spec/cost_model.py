@@ -89,8 +89,10 @@ RESIDUAL_RATE = 0.25  # weight of the newest step in a (bucket, depth) running m
 # RESIDUAL_RATE - SHARED_RATE, is what the step tells of its own depth against the others. Moved by their own steps
 # alone, the depths a policy was not choosing kept the speed of the spell they last ran in: at 32-63 requests on CPU
 # (Poisson 64) depth 3's factor went 0.75-1.24 within twenty steps while depth 1's stayed at the 1.25-1.6 of an
-# earlier spell, and FASER drafted 3-4 deep on 233 of 385 steps, at 0.030-0.031 tokens/ms a request against depth
-# 1-2's 0.034 (``traces/steps_s40-t64``; replayed with this rule, depth 1 against 3 moved 2.6x less, sd 0.042 in log)
+# earlier spell, and FASER drafted 3-4 deep on 233 of 385 steps (``traces/steps_s40-t64``; replayed with this rule,
+# depth 1 against 3 moved 2.6x less, sd 0.042 in log). In ``benchmarks/closed_loop.py`` (spells of sd 0.25) 0.2 ran
+# depths 3-4 on 78 of 9000 steps where 0 ran them on 1143; 0.225 and 0.24 did worse (a depth's first steps then fix
+# its deviation from the others for good)
 SHARED_RATE = 0.2
 RESIDUAL_CLIP = 0.4  # how far (in log) one step may pull that mean's sample from it, after the first two
 RESIDUAL_PSEUDO = 1.0  # steps' worth of the bucket's mean a depth's own residual is weighed against
