@@ -1,10 +1,10 @@
-"""The cost model and the goodput policy in a closed loop against a machine whose costs are known.
+"""FASER's length controller and cost model in a closed loop against a machine whose costs are known.
 
     python benchmarks/closed_loop.py                                  # the package's cost model, 6 seeds
     python benchmarks/closed_loop.py --module variant.py --spell 0.25  # a variant of spec/cost_model.py
 
 A replay (``replay_costs.py``) prices the steps a server ran, so it cannot tell which depth a model would have
-chosen instead, nor what that choice would have delivered. Here the policy chooses every step and the machine
+chosen instead, nor what that choice would have delivered. Here the controller chooses every step and the machine
 answers: a batch of 32-63 requests (half of them accepting 0.61 a draft position, half 0.85, like the mixed
 prompts), each depth's true step time (``TRUE_MS``: about what the embedded pair's steps took at 48 requests on CPU,
 `traces/steps_s40-t64`), times the machine's speed, which moves in spells (an AR(1) process in log, ``--spell`` its
