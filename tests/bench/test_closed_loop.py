@@ -1,4 +1,4 @@
-"""benchmarks/closed_loop.py: the cost model and the goodput policy against a machine of known costs."""
+"""benchmarks/closed_loop.py: FASER's length controller and cost model against a machine of known costs."""
 
 from __future__ import annotations
 
