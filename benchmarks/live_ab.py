@@ -129,7 +129,10 @@ async def _run(url: str, args) -> list[dict]:
         ended = time.perf_counter()
         after = await asyncio.to_thread(telemetry.read_step_phases, url)
         delta = telemetry.counters_delta(*(r and r["counters"] for r in (before, after))) or {}
+        # on the clock a step trace's ``time`` is on too (SGLANG_FASER_STEP_TRACE), to split it by window
+        epoch = time.time() - (time.perf_counter() - began)
         windows.append({"cycle": cycle, "policy": spec, "began": began, "ended": ended, "tokens_per_s": rate,
+                        "epoch": [epoch, epoch + ended - began],
                         "drafts_per_request_step": delta.get("proposed", 0) / max(delta.get("requests", 0), 1),
                         "step_phases": telemetry.step_phases_delta(before, after)})
         print(f"cycle {cycle} {spec:>10}: {'' if rate is None else f'{rate:.1f} tok/s'}", flush=True)

@@ -37,7 +37,9 @@ A probe is never priced below not probing on the hopes that chose it: cut to one
 is raised to the shortest length that is not, or not run.
 The cost side probes alike (``_priced_limit``): a step drafts at most one deeper than the deepest depth recent
 steps of its batch size measured (or the start-up warm-up ran there), so each depth is priced by its own steps
-before a deeper one is tried; it runs the optimum within that depth, not a deeper plan cut to it.
+before a deeper one is tried; it runs the optimum within that depth, not a deeper plan cut to it. A large batch
+parked where no recent step measured drafting runs a few steps of one draft instead (``_cost_probe``), so a dear
+drafting price is measured again rather than parked on for good.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ import numpy as np
 
 from sglang_faser.spec.acceptance import AcceptanceTracker
 from sglang_faser.spec.config import FaserConfig, Mode
-from sglang_faser.spec.cost_model import DRAFT, VERIFY, StepCostModel, bucket_of
+from sglang_faser.spec.cost_model import DRAFT, PRICED_EVIDENCE, VERIFY, StepCostModel, bucket_of
 from sglang_faser.spec.policy import StepPlan, evaluate, make_policy
 from sglang_faser.spec.warmup import is_warmup, sweep_lengths, sweep_steps
 
@@ -82,6 +84,12 @@ HOLD_STEP_BATCH = 8
 # two samples were its batch size's whole draft-cost fit (a 42-49 ms draft-extend intercept, one draft priced at
 # 3x the ~20 ms it cost), so it parked 48 requests for a whole burst where one draft each paid.
 SWEEP_MAX_BATCH = 8
+# a parked batch of this many requests or more whose batch size no recent step measured drafting at runs a cost probe
+# (``LengthController._cost_probe``): ``PROBE_STEPS`` steps of one draft for the requests whose first draft passes
+# with a posterior mean of ``PROBE_ACCEPTANCE`` or more
+PROBE_BATCH = 16
+PROBE_STEPS = 4
+PROBE_ACCEPTANCE = 0.5
 
 
 @dataclass(frozen=True)
@@ -186,6 +194,7 @@ class LengthController:
         # batch-size bucket -> its last priced step's measured time (``record_step``): long parked steps are not held
         self._step_ms: dict[int, float] = {}
         self._sweep_cut = False  # the start-up sweep ended early (``_end_sweep``): unmeasured depths are probed
+        self._cost_probe_left = 0  # steps a running cost probe still drafts (``_cost_probe``)
         self.warm_steps = window + 1 if warm_steps is None else warm_steps
         self.calibration_steps = self.warm_steps + calibration_sweeps * (window + 1) if calibration_sweeps else 0
         self._warmed: set[tuple[int, int, bool]] = set()  # (batch, sweep phase, mixed) the warm-up ran
@@ -269,7 +278,10 @@ class LengthController:
         plan = self.policy.plan(probs, planned, mins, self.cost, uniform=uniform, weights=weights, context=context,
                                 resume_ms=resume, sure_probs=means)
         if adaptive and plan.lengths.any():
+            self._cost_probe_left = 0
             plan = self._as_probe(rids, plan, probs, means, planned, mins, uniform, weights, context, resume)
+        elif adaptive:
+            plan = self._cost_probe(plan, means, limit, mins, uniform, context, resume)
         lengths = plan.lengths
         c = self.counters
         calibration = self.calibrating and not padded and adaptive
@@ -302,7 +314,8 @@ class LengthController:
         (``probe_limits``) and for a new one the means alone would not draft (``probed_short``: while its drafts
         pass it hopes along the rest of its chain, so a sure request drafts deep from its second step); a
         full-depth probe cost a doomed request several plain steps at small batches on CPU. A probe so cut is
-        raised to the shortest length that still pays on its hopes, or not run (``_paying_probe``)."""
+        raised to the shortest length that still pays on its hopes, or not run (``_paying_probe``); one deeper than
+        every other request drafts only as deep as pays on its hopes beside them (``_shallow_probe``)."""
         limits = self.tracker.probe_limits(rids)
         lengths = plan.lengths
         explored = (probs != means).any(axis=1) & (lengths > 0)
@@ -315,6 +328,8 @@ class LengthController:
             if short.any():
                 limits = np.where(short, 1, limits)
                 self.tracker.probed_short(rids, short)
+            if not uniform:
+                lengths = self._shallow_probe(lengths, explored, probs, context, resume)
         if uniform:
             limits[:] = limits.max()
         lengths = np.maximum(np.minimum(lengths, limits), mins)
@@ -324,6 +339,26 @@ class LengthController:
             return self._paying_probe(lengths, plan.lengths, explored, probs, mins, context, resume)
         priced = evaluate(probs, lengths, self.cost, uniform, context, resume) if self.explain else (0.0, 0.0)
         return StepPlan(lengths, *priced)
+
+    def _shallow_probe(self, lengths, explored, probs, context: int, resume) -> np.ndarray:
+        """``lengths`` with the explored requests no deeper than pays on their hopes where they alone set the step's
+        depth: the plan that gave them their lengths priced their drafts beside a batch it drafted as deep, and
+        with the others at their posterior means' lengths every draft forward past those is run for the explored
+        alone, at a forward's fixed cost. At 48 requests on CPU (Poisson 64 bursts) one request probed six deep
+        beside 47 at one draft made 95-105 ms steps of a 56 ms depth, 0.68 tokens/ms expected against 1.4 for
+        the step without the probe's depth. Each depth from the others' (at least one) to the explored's own is
+        priced on the hopes; the best runs."""
+        rest = int(lengths[~explored].max(initial=0))
+        top = int(lengths[explored].max(initial=0))
+        if top <= max(rest, 1):
+            return lengths
+        best, best_rate = lengths, -1.0
+        for depth in range(max(rest, 1), top + 1):
+            trial = np.where(explored, np.minimum(lengths, depth), lengths)
+            tokens, ms = evaluate(probs, trial, self.cost, False, context, resume)
+            if tokens > best_rate * ms:
+                best, best_rate = trial, tokens / ms
+        return best
 
     def _paying_probe(self, lengths, planned, explored, probs, mins, context: int, resume) -> StepPlan:
         """A probe cut short (``lengths``), raised a draft at a time towards what the plan gave it (``planned``)
@@ -344,6 +379,35 @@ class LengthController:
             if not deeper.any():
                 return StepPlan(without, base_tokens, base_ms)
             lengths = lengths + deeper
+
+    def _cost_probe(self, plan: StepPlan, means, limit, mins, uniform: bool, context: int, resume) -> StepPlan:
+        """A parked plan of a large batch whose batch size no recent step measured drafting at (its drafting
+        evidence below ``PRICED_EVIDENCE``), run instead as ``PROBE_STEPS`` steps of one draft for the requests
+        likely to pass it (posterior mean at the first position >= ``PROBE_ACCEPTANCE``): what prices drafting
+        there is otherwise the fit and the residuals of long ago, and a batch that parks on them never measures
+        drafting again. A burst of 32-48 requests at Poisson 64 on CPU parked every step on one draft priced at
+        1.7-1.8x a parked step, from a dozen one-draft steps that had each just resumed from a parked stretch; in
+        one server at 48 in flight, one draft cost 1.4x a parked step from the third step of drafting on and
+        delivered 1.2x its tokens a second (``benchmarks/live_ab.py``, ``live_ab_s42-c48-phases``). The probe runs several steps since a
+        resumption's first steps run dearer (a catch-up's own pass is priced apart, the next two steps still
+        took 1.2x). Then the plan decides on what they measured; a dear price stands until its evidence fades
+        again, so where drafting does not pay a probe costs about ``PROBE_STEPS`` one-draft steps in every
+        ``log(PRICED_EVIDENCE) / log(RESIDUAL_AGE)`` (about seventy) priced steps."""
+        batch = len(limit)
+        if not self._cost_probe_left:
+            if batch < PROBE_BATCH or self.cost.drafting_evidence(batch) >= PRICED_EVIDENCE:
+                return plan
+            self._cost_probe_left = PROBE_STEPS
+        self._cost_probe_left -= 1
+        likely = (means[:, 0] >= PROBE_ACCEPTANCE) & (limit > 0)
+        if uniform and likely.any():
+            likely = limit > 0
+        lengths = np.maximum(likely.astype(np.int64), mins)
+        if not lengths.any():
+            self._cost_probe_left = 0
+            return plan
+        priced = evaluate(means, lengths, self.cost, uniform, context, resume) if self.explain else (0.0, 0.0)
+        return StepPlan(lengths, *priced)
 
     def _priced_limit(self, limit: np.ndarray, mins: np.ndarray) -> np.ndarray:
         """``limit`` capped at one draft deeper than the deepest depth recent steps of this batch size measured (the

@@ -484,6 +484,14 @@ class StepCostModel:
         measured = (depth for depth, e in self._evidence(seen).items() if e >= PRICED_EVIDENCE)
         return max(max(measured, default=0), self._warmed.get(bucket, 0))
 
+    def drafting_evidence(self, batch: int) -> float:
+        """How much recent steps of ``batch``'s bucket measured drafting: the largest evidence (a step's worth,
+        fading with age) of any drafting depth there, 0 where none ran (``LengthController._cost_probe``)."""
+        seen = self._residual.get(bucket_of(batch))
+        if not seen:
+            return 0.0
+        return max((e for depth, e in self._evidence(seen).items() if depth > 0), default=0.0)
+
     def modelled_step_ms(self, batch: int, verify_tokens: int, depth: int, draft_rows: int, drafting: int,
                          context: int, bucket: int | None = None) -> float:
         """``step_ms(..., corrected=False)`` of one step's shape, without the vectorised machinery (every step

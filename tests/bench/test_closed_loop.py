@@ -41,3 +41,11 @@ def test_the_package_model_learns_what_the_prior_mispriced_and_a_model_fed_nothi
 
 def test_with_the_default_prior_the_loop_runs_close_to_the_oracle():
     assert min(closed_loop.main(["--seeds", "2", "--steps", "600"])["ratios"]) > 0.95
+
+
+def test_a_prior_that_prices_drafting_three_times_too_dear_is_probed_and_corrected_rather_than_parked_on():
+    """Parked on a dear drafting price, no step measured drafting again (0.70 of the oracle, every step parked,
+    before the cost probe of ``LengthController._cost_probe``); the probe's steps measure it and the batch drafts."""
+    probed = closed_loop.main(["--seeds", "2", "--steps", "600", "--draft-prior", "3"])
+    assert probed["depths"][0] < 0.1 * 1200
+    assert min(probed["ratios"]) > 0.95

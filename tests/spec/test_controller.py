@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from sglang_faser.spec.acceptance import AcceptanceTracker
-from sglang_faser.spec.cost_model import DRAFT, StepCostModel
+from sglang_faser.spec.cost_model import DRAFT, PRICED_EVIDENCE, StepCostModel
 from sglang_faser.spec.config import FaserConfig
-from sglang_faser.spec.controller import MAX_PENDING_STEPS, LengthController
+from sglang_faser.spec.controller import MAX_PENDING_STEPS, PROBE_BATCH, PROBE_STEPS, LengthController
 from sglang_faser.spec.policy import plan_ms
 
 
@@ -584,8 +584,9 @@ def test_a_batch_size_priced_only_parked_runs_the_best_plan_within_one_draft_not
     """32 sure requests at a batch size whose steps have all been parked: the optimum over every depth drafts five
     deep (a draft-extend's fixed cost is large, each draft after it cheap), a depth not measured there yet, so the
     step may draft one deep at most. One draft a request prices below parking (a fixed cost for one token); the
-    deeper plan cut to one draft ran anyway (Gamma 64 on CPU: 1.25 tokens/ms expected against parking's 1.97). The
-    step now runs the optimum within one draft: parking."""
+    deeper plan cut to one draft ran anyway (Gamma 64 on CPU: 1.25 tokens/ms expected against parking's 1.97). Now
+    the step is a cost probe of one draft (nothing measured drafting there), and once that is measured, the optimum
+    within one draft deeper than it: two drafts (which pay here), not the five-deep plan cut to two."""
     cost = StepCostModel(verify_coef=[10.0, 0.1, 0.01, 0.0], draft_coef=[1.0, 15.0, 0.0, 0.5, 0.0])
     controller = LengthController(FaserConfig(max_len=5), window=5, cost=cost, calibration_sweeps=0)
     rids = [f"r{i}" for i in range(32)]
@@ -595,7 +596,76 @@ def test_a_batch_size_priced_only_parked_runs_the_best_plan_within_one_draft_not
     for _ in range(4):  # parked steps of 32, as the fit prices them
         cost.record_step(32, 0, parked, parked, shape=(32, 0, 0, 0))
     assert controller.cost.priced_depth(32) == 0
-    decision = controller.decide(rids)
+    probe = controller.decide(rids)
     parked_ms = float(plan_ms(cost, 32, np.zeros(32, dtype=np.int64)))
-    assert not decision.lengths.any(), (decision.lengths.max(), decision.expected_tokens / decision.expected_ms,
-                                        32 / parked_ms)
+    assert probe.lengths.tolist() == [1] * 32 and probe.expected_tokens / probe.expected_ms < 32 / parked_ms
+    controller.observe(probe.lengths)
+    one = cost.modelled_step_ms(32, 64, 1, 0, 32, 0)
+    cost.record_step(32, 1, one, one, shape=(64, 0, 32, 0))  # as priced
+    decision = controller.decide(rids)
+    assert decision.lengths.tolist() == [2] * 32 and controller._cost_probe_left == 0
+
+
+def _parked_on_a_dear_price(batch: int = 32, passing: float = 0.85):
+    """A controller whose fit prices one draft at ``batch`` requests at 3x a parked step, after parked steps there
+    that measured the parked price, and ``batch`` requests whose first drafts pass ``passing`` of the time."""
+    cost = StepCostModel(verify_coef=[10.0, 0.1, 0.01, 0.0], draft_coef=[1.0, 40.0, 0.0, 0.5, 0.0])
+    controller = LengthController(FaserConfig(max_len=3), window=3, cost=cost, calibration_sweeps=0)
+    rids = [f"r{i}" for i in range(batch)]
+    for t in range(30):
+        passed = int(t % 20 < passing * 20)
+        controller.tracker.observe(rids, proposed=np.full(batch, 1), accepted=np.full(batch, passed))
+    parked = cost.modelled_step_ms(batch, batch, 0, 0, 0, 0)
+    for _ in range(4):
+        cost.record_step(batch, 0, parked, parked, shape=(batch, 0, 0, 0))
+    return controller, rids
+
+
+def test_a_batch_parked_on_a_price_no_recent_step_measured_probes_one_draft_and_drafts_where_it_measured_cheap():
+    """Parked at 32 requests on a fit that prices one draft at 3x a parked step, nothing would ever measure it: the
+    cost probe drafts one for ``PROBE_STEPS`` steps; measured at 1.3x a parked step, drafting then pays and the
+    batch keeps drafting."""
+    controller, rids = _parked_on_a_dear_price()
+    cost = controller.cost
+    parked = cost.modelled_step_ms(32, 32, 0, 0, 0, 0)
+    assert cost.modelled_step_ms(32, 64, 1, 0, 32, 0) > 2.5 * parked
+    for step in range(PROBE_STEPS + 3):
+        decision = controller.decide(rids)
+        assert decision.lengths.any(), step
+        controller.observe(np.minimum(decision.lengths, 1))
+        lengths = decision.lengths
+        shape = (int(32 + lengths.sum()), int(np.maximum(lengths - 1, 0).sum()), int((lengths > 0).sum()), 0)
+        cost.record_step(32, decision.depth, cost.modelled_step_ms(32, shape[0], decision.depth, *shape[1:]),
+                         1.3 * parked * (1 + 0.2 * (decision.depth - 1)), shape=shape)
+    assert controller._cost_probe_left == 0  # drafting on its own plan now, not probing
+
+
+def test_no_cost_probe_for_a_small_batch_doomed_requests_or_a_recently_measured_drafting_price():
+    controller, rids = _parked_on_a_dear_price(batch=PROBE_BATCH - 1)
+    assert not controller.decide(rids).lengths.any()
+    controller, rids = _parked_on_a_dear_price(passing=0.3)
+    assert not controller.decide(rids).lengths.any()
+    controller, rids = _parked_on_a_dear_price()
+    cost = controller.cost
+    dear = cost.modelled_step_ms(32, 64, 1, 0, 32, 0)
+    cost.record_step(32, 1, dear, dear, shape=(64, 0, 32, 0))  # one draft measured as dear as priced, just now
+    assert cost.drafting_evidence(32) >= PRICED_EVIDENCE
+    assert not controller.decide(rids).lengths.any()
+
+def test_a_request_probed_deeper_than_the_rest_of_its_batch_drafts_only_as_deep_as_pays_on_its_hopes():
+    """One explored request set a step of 48 to six drafts beside 47 at one (Poisson 64 on CPU: 95-105 ms steps
+    of a 56 ms depth): every draft forward past one, and the draft-extend's rows of every drafting request at that
+    depth, were paid for its hopes alone. It now drafts the depth that prices best on its hopes: one here, where
+    a forward's fixed cost is large; six where drafts are nearly free."""
+    explored = np.zeros(48, dtype=bool)
+    explored[0] = True
+    lengths = np.where(explored, 6, 1)
+    probs = np.full((48, 7), 0.7)
+    probs[0] = 0.95
+    verify = [10.0, 0.1, 0.01, 0.0]
+    dear = LengthController(FaserConfig(max_len=7), window=7, calibration_sweeps=0,
+                            cost=StepCostModel(verify_coef=verify, draft_coef=[1.0, 5.0, 0.05, 3.0, 0.02]))
+    assert dear._shallow_probe(lengths, explored, probs, 0, None).tolist() == [1] * 48
+    cheap = LengthController(FaserConfig(max_len=7), window=7, calibration_sweeps=0,
+                             cost=StepCostModel(verify_coef=verify, draft_coef=[1.0, 5.0, 0.0, 0.01, 0.0]))
+    assert cheap._shallow_probe(lengths, explored, probs, 0, None).tolist() == lengths.tolist()
