@@ -214,6 +214,7 @@ class LengthController:
         fixed = config.fixed_len if config.fixed_len is not None else self.max_len
         self.policy = make_policy(config.mode.value, fixed, config.uniform_margin, config.draft_margin)
         self._held = None
+        self._cost_probe_left = 0
 
     def decide(self, rids: list[str], caps: np.ndarray | None = None, padded: bool = False,
                floors: np.ndarray | None = None, uniform: bool = False,
@@ -388,11 +389,11 @@ class LengthController:
         drafting again. A burst of 32-48 requests at Poisson 64 on CPU parked every step on one draft priced at
         1.7-1.8x a parked step, from a dozen one-draft steps that had each just resumed from a parked stretch; in
         one server at 48 in flight, one draft cost 1.4x a parked step from the third step of drafting on and
-        delivered 1.2x its tokens a second (``benchmarks/live_ab.py``, ``live_ab_s42-c48-phases``). The probe runs several steps since a
-        resumption's first steps run dearer (a catch-up's own pass is priced apart, the next two steps still
-        took 1.2x). Then the plan decides on what they measured; a dear price stands until its evidence fades
-        again, so where drafting does not pay a probe costs about ``PROBE_STEPS`` one-draft steps in every
-        ``log(PRICED_EVIDENCE) / log(RESIDUAL_AGE)`` (about seventy) priced steps."""
+        delivered 1.2x its tokens a second (``benchmarks/live_ab.py``, ``live_ab_s42-c48-phases``). The probe
+        runs several steps since a resumption's first steps run dearer (a catch-up's own pass is priced apart, the
+        next two steps still took 1.2x). Then the plan decides on what they measured; a dear price stands until its
+        evidence fades again, so where drafting does not pay a probe costs about ``PROBE_STEPS`` one-draft steps in
+        every 140 priced steps (four steps' evidence faded by ``RESIDUAL_AGE`` below ``PRICED_EVIDENCE``)."""
         batch = len(limit)
         if not self._cost_probe_left:
             if batch < PROBE_BATCH or self.cost.drafting_evidence(batch) >= PRICED_EVIDENCE:
