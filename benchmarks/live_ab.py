@@ -35,7 +35,6 @@ import time
 from pathlib import Path
 
 import aiohttp
-import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
