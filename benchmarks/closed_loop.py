@@ -2,6 +2,7 @@
 
     python benchmarks/closed_loop.py                                  # the package's cost model, 6 seeds
     python benchmarks/closed_loop.py --module variant.py --spell 0.25  # a variant of spec/cost_model.py
+    python benchmarks/closed_loop.py --batch 4 --acceptance 0.1 0.2    # four in flight, drafts that seldom pass
 
 A replay (``replay_costs.py``) prices the steps a server ran, so it cannot tell which depth a model would have
 chosen instead, nor what that choice would have delivered. Here the controller chooses every step and the machine
@@ -12,6 +13,9 @@ sd, ``--keep`` its step-to-step correlation), times a step's own noise (lognorma
 from a prior with the shape of a linear fit that misprices depths at that size (the coefficients the same trace
 fitted), is fed each step as the worker feeds it, and the score is its tokens per millisecond over the oracle's,
 which runs the best uniform depth under the true costs at every step. Pure core only: no server, milliseconds a step.
+``--batch N`` holds N requests in flight at the step costs of four (``SMALL_MS``, where a draft's fixed costs are
+most of a drafting step's price and the prior, fitted at 32+ requests, prices drafting 2-3x too dear);
+``--acceptance`` sets the two halves' acceptance.
 """
 
 from __future__ import annotations
@@ -33,6 +37,11 @@ from sglang_faser.spec.controller import LengthController  # noqa: E402
 
 TRUE_MS = np.array([40.0, 49, 64, 81, 91, 105, 118, 130])  # a step at depth d of 48 requests
 VERIFY_SHARE = (30.0, 3.0)  # a step's verify ms at 48 requests: 30 + 3 per depth, the rest is the draft side's
+# ``--batch 4``: four requests in flight, a step at depth d as the embedded pair's took at 4 in flight on CPU (the
+# scheduler's work between steps included: `live_ab_s42-c4-probes` for depths 0-1, the deeper ones' ratios from
+# `traces/steps_s42-live-c4`); one draft each costs 1.58x a parked step, and pays at acceptance 0.58 or more
+SMALL_MS = np.array([11.3, 17.9, 21.8, 25.6, 28.2, 31.0, 34.0, 37.0])
+SMALL_VERIFY = (8.9, 1.0)
 CONTEXT = 200  # tokens a request
 LINEAR_VERIFY = [0.0, 0.5491, 0.0184, 0.0003]  # the prior's shape: the fit at 32+ requests of that trace
 LINEAR_DRAFT = [5.6096, 10.0149, 0.0395, 5.4628, 0.0495]
@@ -56,10 +65,13 @@ def prior(cm, model, draft_scale: float = 1.0) -> None:
 
 
 def run(cm, seed: int, steps: int = 1500, spell: float = 0.25, keep: float = 0.97,
-        noise: float = 0.15, draft_scale: float = 1.0) -> tuple[float, np.ndarray]:
+        noise: float = 0.15, draft_scale: float = 1.0, small: int | None = None,
+        acceptance: tuple[float, float] = (0.61, 0.85)) -> tuple[float, np.ndarray]:
     """(tokens/ms over the oracle's, steps run at each depth) of one closed loop: FASER's ``LengthController``
     decides every step (its acceptance posteriors fed each request's sampled acceptance, its cost model the
-    machine's times as the worker feeds them); requests of 32-96 tokens leave and new ones take their place."""
+    machine's times as the worker feeds them); requests of 32-96 tokens leave and new ones take their place.
+    ``small``: that many requests in flight throughout, at ``SMALL_MS``; ``acceptance``: a draft position's
+    acceptance in the two halves of the requests."""
     rng = np.random.default_rng(seed)
     model = cm.StepCostModel(draft_cut=True)
     prior(cm, model, draft_scale)
@@ -71,9 +83,9 @@ def run(cm, seed: int, steps: int = 1500, spell: float = 0.25, keep: float = 0.9
     for t in range(steps):
         log_speed = keep * log_speed + math.sqrt(1 - keep ** 2) * spell * rng.standard_normal()
         speed = math.exp(log_speed)
-        target = int(np.clip(48 + 8 * math.sin(t / 37.0) + rng.integers(-3, 4), 32, 63))
+        target = small or int(np.clip(48 + 8 * math.sin(t / 37.0) + rng.integers(-3, 4), 32, 63))
         while len(live) < target:
-            live[f"r{made}"] = (0.61 if made % 2 else 0.85, int(rng.integers(32, 97)))
+            live[f"r{made}"] = (acceptance[made % 2 == 0], int(rng.integers(32, 97)))
             made += 1
         rids = list(live)
         batch, context = len(rids), len(rids) * CONTEXT
@@ -84,13 +96,14 @@ def run(cm, seed: int, steps: int = 1500, spell: float = 0.25, keep: float = 0.9
         passed = rng.random((batch, WINDOW)) < probs[:, None]
         accepted = np.minimum(np.argmin(np.c_[passed, np.zeros(batch, bool)], axis=1), lengths)
         controller.observe(accepted)
-        scale = 0.3 + 0.7 * batch / 48
+        table, share = (SMALL_MS, SMALL_VERIFY) if small else (TRUE_MS, VERIFY_SHARE)
+        scale = 1.0 if small else 0.3 + 0.7 * batch / 48
         # a request left at 0 in a drafting step costs what it would parked
-        true_ms = scale * (TRUE_MS[0] + (TRUE_MS[depth] - TRUE_MS[0]) * float((lengths > 0).mean()))
+        true_ms = scale * (table[0] + (table[depth] - table[0]) * float((lengths > 0).mean()))
         ms = true_ms * speed * math.exp(noise * rng.standard_normal())
         rows, draft_rows = int(batch + lengths.sum()), int(np.maximum(lengths - 1, 0).sum())
         drafting = int((lengths > 0).sum())
-        verify = ms * (VERIFY_SHARE[0] + VERIFY_SHARE[1] * depth) / TRUE_MS[depth]
+        verify = ms * (share[0] + share[1] * depth) / table[depth]
         if decision.sampled:  # as the worker records a step (engine/step.py ``_record_costs``)
             step = controller.counters.steps
             controller.record_phase(cm.VERIFY, batch, rows, verify, context=context, step=step)
@@ -101,9 +114,9 @@ def run(cm, seed: int, steps: int = 1500, spell: float = 0.25, keep: float = 0.9
         got[0] += batch + float(np.where(np.arange(WINDOW)[None, :] < lengths[:, None], survival, 0.0).sum())
         got[1] += true_ms * speed
         tokens = batch + np.concatenate([[0.0], np.cumsum(survival.sum(axis=0))])  # [d]: uniform depth d
-        best = int(np.argmax(tokens / TRUE_MS))
+        best = int(np.argmax(tokens / table))
         oracle[0] += tokens[best]
-        oracle[1] += scale * TRUE_MS[best] * speed
+        oracle[1] += scale * table[best] * speed
         for rid, k in zip(rids, accepted + 1):
             p, left = live[rid]
             if left - k <= 0:
@@ -124,9 +137,13 @@ def main(argv=None) -> dict:
     ap.add_argument("--noise", type=float, default=0.15, help="sd of a step's own log noise")
     ap.add_argument("--draft-prior", type=float, default=1.0,
                     help="the prior's draft-side times, scaled (below 1: drafting priced too cheaply at start)")
+    ap.add_argument("--batch", type=int, help="this many requests in flight at the 4-request step costs (SMALL_MS)")
+    ap.add_argument("--acceptance", type=float, nargs=2, default=(0.61, 0.85),
+                    help="a draft position's acceptance in either half of the requests")
     args = ap.parse_args(argv)
     cm = load_model(args.module)
-    runs = [run(cm, seed, args.steps, args.spell, args.keep, args.noise, args.draft_prior)
+    runs = [run(cm, seed, args.steps, args.spell, args.keep, args.noise, args.draft_prior, args.batch,
+                tuple(args.acceptance))
             for seed in range(args.seeds)]
     ratios = [r for r, _ in runs]
     depths = sum(d for _, d in runs)

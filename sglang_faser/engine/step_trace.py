@@ -63,6 +63,7 @@ class StepTrace:
             "held": bool(decision.held),  # a decision reused without deciding again (its means are the deciding step's)
             "sampled": bool(decision.sampled),  # its measured time fed the cost model
             "ragged": bool(ragged),
+            "probe": decision.probe,  # a parked plan run as a cost or joint probe ("" otherwise)
         }
         if decision.means is not None:  # what the policy believed of each request's acceptance by position
             record["means"] = np.round(decision.means, 3).tolist()

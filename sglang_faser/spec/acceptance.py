@@ -222,6 +222,11 @@ class AcceptanceTracker:
         first = np.where(seldom.any(axis=1), seldom.argmax(axis=1) + 1, self.max_len)
         return np.where(self._backoff[rows] > 0, first, self.max_len)
 
+    def first_evidence(self, rids: list[str]) -> np.ndarray:
+        """[B] each request's decayed observations of its first draft position (0: never tried, or long faded)."""
+        rows = self.rows_for(rids)
+        return self._counts[0, rows, 0] + self._counts[1, rows, 0]
+
     def untried(self, rids: list[str]) -> np.ndarray:
         """[B] bool: requests that never drafted (no evidence of their own at any position)."""
         return self._never_drafted(self.rows_for(rids))

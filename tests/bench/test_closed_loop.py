@@ -49,3 +49,14 @@ def test_a_prior_that_prices_drafting_three_times_too_dear_is_probed_and_correct
     probed = closed_loop.main(["--seeds", "2", "--steps", "600", "--draft-prior", "3"])
     assert probed["depths"][0] < 0.1 * 1200
     assert min(probed["ratios"]) > 0.95
+
+
+def test_four_requests_in_flight_draft_where_drafting_pays_and_park_where_it_does_not():
+    """At four requests in flight (the embedded pair's measured step costs there, one draft each 1.58x a parked
+    step) on a prior that prices drafting too dear, the batch parked every step, 0.82 of the oracle, before the
+    small-batch cost and joint probes (``LengthController._cost_probe``, ``_joint_probe``); with requests whose
+    drafts seldom pass it still parks nearly every step."""
+    mixed = closed_loop.main(["--batch", "4", "--seeds", "2", "--steps", "600"])
+    assert mixed["depths"][0] < 0.75 * 1200 and min(mixed["ratios"]) > 0.84
+    doomed = closed_loop.main(["--batch", "4", "--seeds", "2", "--steps", "600", "--acceptance", "0.1", "0.2"])
+    assert doomed["depths"][0] > 0.95 * 1200 and min(doomed["ratios"]) > 0.98

@@ -52,6 +52,7 @@ def test_the_step_trace_has_each_decode_step_with_its_plan_and_measured_times(ti
     assert "profile" in lines[0] and all(len(sample) == 4 for sample in lines[0]["profile"])
     for step in steps:
         assert isinstance(step["sampled"], bool) and isinstance(step["ragged"], bool)
+        assert step["probe"] == ""  # one request: neither a cost nor a joint probe runs at batch 1
         assert step["batch"] == len(step["lengths"]) == 1
         assert step["rids"] == [out["meta_info"]["id"]]  # which request each length was for
         assert step["depth"] == max(step["lengths"])  # depth tiers: the step runs its deepest length

@@ -429,12 +429,20 @@ def test_a_batch_drafting_its_caps_is_held_while_drafts_pass_and_decided_at_once
     assert not controller.decide(["sure"]).held
 
 
-def test_a_batch_drafting_below_its_caps_decides_every_step():
+def test_a_batch_drafting_below_its_caps_keeps_a_plan_it_decided_twice_on_its_means():
+    """Drafting below its caps (two drafts pass, the third fails), a batch decides every step while its plan moves
+    or a probe on hope runs (eight deep); a plan decided twice in a row on the means alone is steady, kept through
+    the rejections of the next ``HOLD_RECHECK`` - 1 steps (deciding again cost a small batch's CPU step 4-8 %), each
+    of them priced, then decided again."""
     controller = LengthController(FaserConfig(max_len=8), window=8, cost=_cheap_drafts(), calibration_sweeps=0)
-    for _ in range(12):
+    steps = []
+    for _ in range(14):
         decision = controller.decide(["half"])
-        assert not decision.held
+        steps.append((int(decision.lengths[0]), decision.held, decision.sampled))
         controller.observe([min(int(decision.lengths[0]), 2)])  # two pass, the third fails
+    assert [k for k, _, _ in steps] == [8, 2, 6, 2, 2, 2, 2, 2, 8, 2, 2, 2, 2, 2]
+    assert [held for _, held, _ in steps] == [False] * 5 + [True] * 3 + [False] * 3 + [True] * 3
+    assert all(sampled for _, _, sampled in steps)
 
 
 def test_fixed_mode_holds_its_lengths_until_the_batch_changes():
@@ -518,13 +526,16 @@ def test_one_requests_hope_drafts_that_request_alone():
     """Three requests whose first two drafts pass 40 % of the time each (the deep cycle pair's fitted costs: on
     their means, drafting does not pay) and a new one: a step that drafts on one request's hope drafts that
     request alone, the others keep their means' length 0 (and its probe is as deep as pays on its hopes). Before,
-    the uniform plan one hope lifted drafted all four (lengths 3, 3, 3, 1 in this sequence)."""
+    the uniform plan one hope lifted drafted all four (lengths 3, 3, 3, 1 in this sequence). A step of five drafts
+    each, measured as priced, makes every drafting price at four requests a recent one (no cost probe)."""
     cost = StepCostModel(verify_coef=[12.41, 0.0, 0.78, 0.0027], draft_coef=[1.40, 4.47, 0.0, 1.72, 0.0])
     controller = LengthController(FaserConfig(max_len=5), window=5, cost=cost, calibration_sweeps=0)
     old, rng = ["a", "b", "c"], np.random.default_rng(0)
     for _ in range(12):
         accepted = [int(np.argmin(np.append(rng.random(2) < 0.4, False))) for _ in old]
         controller.tracker.observe(old, proposed=np.array([2, 2, 2]), accepted=np.array(accepted))
+    five = cost.modelled_step_ms(4, 24, 5, 16, 4, 0)
+    cost.record_step(4, 5, five, five, shape=(24, 16, 4, 0))
     plans = []
     for _ in range(8):
         decision = controller.decide(old + ["new"])
@@ -562,7 +573,8 @@ def test_a_probe_is_never_priced_below_parking_on_the_hopes_that_chose_it():
     plain step: a step one draft deep costs 1.7x a parked one, five deep 2.8x) and requests whose drafts pass half the
     time: a probe cut to one draft (a request in back-off, or a new one hope alone drafts) expected fewer tokens a
     millisecond than parking, even on the hopes that chose it, and ran; it is now raised to the shortest length
-    that does not, or the batch parks."""
+    that does not, or the batch parks. (A cost probe, which nothing here ends by measuring the price, is not hope's:
+    it runs to measure a price, whatever the estimates say.)"""
     cost = StepCostModel(verify_coef=[3.68, 0.12, 0.0155, 0.0004], draft_coef=[1.32, 2.11, 0.37, 1.03, 0.0])
     controller = LengthController(FaserConfig(max_len=7), window=7, cost=cost, calibration_sweeps=0)
     rng, context = np.random.default_rng(0), 400
@@ -572,7 +584,7 @@ def test_a_probe_is_never_priced_below_parking_on_the_hopes_that_chose_it():
         rids = [f"r{first}", f"r{first + 1}"]
         for _ in range(64):
             decision = controller.decide(rids, context=context)
-            if decision.lengths.any():
+            if decision.lengths.any() and decision.probe != "cost":
                 drafted.append(decision.expected_tokens / decision.expected_ms)
             controller.observe([int(np.argmin(np.append(rng.random(k) < 0.5, False))) for k in decision.lengths])
         for rid in rids:
@@ -669,3 +681,48 @@ def test_a_request_probed_deeper_than_the_rest_of_its_batch_drafts_only_as_deep_
     cheap = LengthController(FaserConfig(max_len=7), window=7, calibration_sweeps=0,
                              cost=StepCostModel(verify_coef=verify, draft_coef=[1.0, 5.0, 0.0, 0.01, 0.0]))
     assert cheap._shallow_probe(lengths, explored, probs, 0, None).tolist() == lengths.tolist()
+
+
+def _parked_on_faded_evidence(batch: int = 4):
+    """A controller whose fit prices one draft each at ``batch`` requests at 1.6x a parked step (drafting pays
+    from a first-draft acceptance of 0.6 on: the server-wide estimate a request with no evidence of its own gets),
+    that price just measured, and ``batch`` requests whose first drafts passed 0.7 of the time, long ago."""
+    cost = StepCostModel(verify_coef=[10.0, 0.1, 0.01, 0.0], draft_coef=[1.0, 3.3, 0.0, 4.0, 0.0])
+    controller = LengthController(FaserConfig(max_len=3), window=3, cost=cost, calibration_sweeps=0)
+    rids = [f"r{i}" for i in range(batch)]
+    for t in range(20):
+        controller.tracker.observe(rids, proposed=np.full(batch, 1), accepted=np.full(batch, int(t % 10 >= 3)))
+    for _ in range(60):
+        controller.tracker.observe_parked(rids)
+    one = cost.modelled_step_ms(batch, 2 * batch, 1, 0, batch, 0)
+    cost.record_step(batch, 1, one, one, shape=(2 * batch, 0, batch, 0))  # as priced, just now
+    return controller, rids
+
+
+def test_a_small_parked_batch_whose_evidence_faded_probes_one_draft_each_together():
+    """Four requests parked on means just short of paying (first drafts 0.6, one draft each 1.6x a parked step):
+    one request's probe alone never pays for a draft's fixed costs at four requests, so it never ran and the batch
+    learned nothing more; their joint hopes do, so all four draft one (a joint probe, priced on those hopes), and
+    once it has passed they draft on their means. Fresh evidence, or a batch of ``JOINT_BATCH``, runs no joint
+    probe."""
+    from sglang_faser.spec.controller import JOINT_BATCH
+    from sglang_faser.spec.policy import evaluate
+    controller, rids = _parked_on_faded_evidence()
+    cost = controller.cost
+    means, _ = controller.tracker.estimates(rids)
+    parked = float(plan_ms(cost, 4, np.zeros(4, dtype=np.int64)))
+    for depth in range(1, 4):  # on the means, parking prices better than any depth
+        tokens, ms = evaluate(means, np.full(4, depth), cost)
+        assert tokens / ms < 4 / parked
+    probe = controller.decide(rids)
+    assert probe.probe == "joint" and probe.lengths.tolist() == [1, 1, 1, 1]
+    assert probe.expected_tokens / probe.expected_ms > 4 / parked
+    for _ in range(3):
+        controller.observe([1, 1, 1, 1])
+        decision = controller.decide(rids)
+    assert decision.lengths.all() and decision.probe == ""
+    fresh, rids = _parked_on_faded_evidence()
+    fresh.tracker.observe(rids, proposed=np.ones(4, dtype=np.int64), accepted=np.array([1, 0, 1, 0]))
+    assert not fresh.decide(rids).lengths.any()
+    large, rids = _parked_on_faded_evidence(batch=JOINT_BATCH)
+    assert large.decide(rids).probe != "joint"
