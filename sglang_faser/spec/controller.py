@@ -462,9 +462,9 @@ class LengthController:
         probe shared by the batch pays for those costs once; the evidence it brings keeps the ones that pass
         drafting on their means, and their votes keep the server-wide estimate true. In ``closed_loop.py --batch
         4`` (the measured costs of that server, half the requests at 0.61, half at 0.85) adaptive went from 0.82 of
-        the oracle, parked every step, to 0.91 with the cost probe from 2 requests on (0.82 to 0.93 at 2 requests,
-        0.96 at 8); where drafting does not pay it costs 0.4-1 % of the oracle at four requests (first drafts at
-        0.1-0.6), 4 % at eight whose first drafts pass 0.4-0.5 (the requests its probes find lucky draft on their
+        the oracle, parked every step, to 0.91 with the cost probe from 2 requests on (0.82 to 0.91 at 2 requests,
+        0.95 at 8); where drafting does not pay it costs 0.4-1 % of the oracle at four requests (first drafts at
+        0.1-0.6), 2.5 % at eight whose first drafts pass 0.4-0.5 (the requests its probes find lucky draft on their
         means for a few steps). Large batches do not need it: there one request's probe costs its own rows, and a
         joint one tipped doomed batches of 48 into drafting on a bonus (0.993 of the oracle to 0.985)."""
         if not 2 <= len(rids) < JOINT_BATCH:
