@@ -318,8 +318,7 @@ class LengthController:
         # one, through rejections (which most drafting steps have), for ``HOLD_RECHECK`` - 1 more steps, each priced
         # (unpriced, a depth the fit mispriced was corrected later: closed_loop.py --draft-prior 0.3, 12 seeds, 0.972
         # of the oracle, worst 0.858, against 0.983 and 0.957 priced)
-        lifted = probs != means  # where the explored request's estimates hold optimism: a plan drafting there probes
-        hoped = bool((lifted.any(axis=1) & (lengths > lifted.argmax(axis=1))).any())
+        hoped = bool(_drafts_on_hope(probs, means, lengths).any())
         repeat = (shape, lengths.tobytes())
         steady = (adaptive and not bounded and not calibration and not probe and not hoped
                   and self._last_plan == repeat)
@@ -347,7 +346,7 @@ class LengthController:
         every other request drafts only as deep as pays on its hopes beside them (``_shallow_probe``)."""
         limits = self.tracker.probe_limits(rids)
         lengths = plan.lengths
-        explored = (probs != means).any(axis=1) & (lengths > 0)
+        explored = _drafts_on_hope(probs, means, lengths)
         if explored.any():
             on_means = self.policy.plan(means, limit, mins, self.cost, uniform=uniform, weights=weights,
                                         context=context, resume_ms=resume, sure_probs=means).lengths
@@ -640,6 +639,16 @@ class LengthController:
             "draft_mape": cost.mean_abs_pct_error(DRAFT),
             "accept_by_position": [round(float(a), 3) for a in self.tracker.global_accept_by_position],
         }
+
+
+def _drafts_on_hope(probs: np.ndarray, means: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """[B] the requests drafting as far as a position where their estimates (``probs``) lift them above their
+    means: a probe. One drafting short of it drafts as the means alone would have it (a plan optimal on the
+    estimates prices the same on the means, which are nowhere above them, so it is optimal there too), and no
+    plan on the means is needed to run it: skipping it when nobody probes took a drafting decision in the closed
+    loop from 412 to 361 us at 4 requests and from 517 to 444 at 32-63, every decision the same."""
+    lifted = probs != means
+    return lifted.any(axis=1) & (lengths > lifted.argmax(axis=1))
 
 
 def _explore_few(means: np.ndarray, hopes: np.ndarray, count: int) -> np.ndarray:
