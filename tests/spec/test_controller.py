@@ -684,9 +684,10 @@ def test_a_request_probed_deeper_than_the_rest_of_its_batch_drafts_only_as_deep_
 
 
 def _parked_on_faded_evidence(batch: int = 4):
-    """A controller whose fit prices one draft each at ``batch`` requests at 1.6x a parked step (drafting pays
-    from a first-draft acceptance of 0.6 on: the server-wide estimate a request with no evidence of its own gets),
-    that price just measured, and ``batch`` requests whose first drafts passed 0.7 of the time, long ago."""
+    """A controller whose fit prices one draft each at ``batch`` requests at 1.64x a parked step (so it pays from
+    a first-draft acceptance of 0.64 on, above the server-wide 0.6 a request whose own evidence has faded is
+    estimated at), that price just measured, and ``batch`` requests whose first drafts passed 0.7 of the time, long
+    ago."""
     cost = StepCostModel(verify_coef=[10.0, 0.1, 0.01, 0.0], draft_coef=[1.0, 3.3, 0.0, 4.0, 0.0])
     controller = LengthController(FaserConfig(max_len=3), window=3, cost=cost, calibration_sweeps=0)
     rids = [f"r{i}" for i in range(batch)]
@@ -700,7 +701,7 @@ def _parked_on_faded_evidence(batch: int = 4):
 
 
 def test_a_small_parked_batch_whose_evidence_faded_probes_one_draft_each_together():
-    """Four requests parked on means just short of paying (first drafts 0.6, one draft each 1.6x a parked step):
+    """Four requests parked on means just short of paying (first drafts 0.6, one draft each 1.64x a parked step):
     one request's probe alone never pays for a draft's fixed costs at four requests, so it never ran and the batch
     learned nothing more; their joint hopes do, so all four draft one (a joint probe, priced on those hopes), and
     once it has passed they draft on their means. Fresh evidence, or a batch of ``JOINT_BATCH``, runs no joint
