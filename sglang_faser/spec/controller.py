@@ -53,6 +53,7 @@ import dataclasses
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -120,6 +121,17 @@ class StepDecision:
     sampled: bool = True
     warmup: bool = False  # a step of the start-up warm-up: no statistic observes it; sampled, its costs are prior
     means: np.ndarray | None = None  # [B, K] the posterior means it decided on (where ``explain``: the step trace)
+
+
+class _Hold(NamedTuple):
+    """A decision a batch keeps without deciding again: at its bounds, or a steady plan (``decide``)."""
+
+    shape: tuple  # the step's inputs it holds for
+    decision: StepDecision  # as held
+    left: int  # steps it is held still
+    steps: int  # steps of this hold (the next hold at the bounds doubles it)
+    parked: bool
+    steady: bool  # a steady plan: rejections do not end it
 
 
 @dataclass
@@ -198,9 +210,7 @@ class LengthController:
         self.counters = LengthCounters()
         # decided steps, oldest first: (rids, lengths, a warm-up step's, parked: nobody drafts)
         self._pending: deque[tuple[list[str], np.ndarray, bool, bool]] = deque()
-        # a batch held at its bounds or on a steady plan: (the step's inputs, its decision as held, steps it is held
-        # still, steps of the last hold, parked, steady)
-        self._held: tuple[tuple, StepDecision, int, int, bool, bool] | None = None
+        self._held: _Hold | None = None  # a batch held at its bounds or on a steady plan
         self._last_plan: tuple | None = None  # the last decided step's (inputs, lengths): a repeat is steady
         # batch-size bucket -> its last priced step's measured time (``record_step``): long parked steps are not held
         self._step_ms: dict[int, float] = {}
@@ -264,10 +274,10 @@ class LengthController:
         shape = (list(rids), padded, uniform, *(None if a is None else np.asarray(a).tobytes()
                                                  for a in (caps, floors, critical)))
         kept, hold = self._held, HOLD_RECHECK
-        if kept is not None and kept[0] == shape:  # the same batch, still at its bounds or on its steady plan
-            _, held, left, hold, parked, steady = kept
+        if kept is not None and kept.shape == shape:  # the same batch, still at its bounds or on its steady plan
+            held, left, hold, parked = kept.decision, kept.left, kept.steps, kept.parked
             if left > 0:
-                self._held = (shape, held, left - 1, hold, parked, steady)
+                self._held = _Hold(shape, held, left - 1, hold, parked, kept.steady)
                 self._enqueue(rids, held.lengths, parked)
                 return held if left > 1 else dataclasses.replace(held, sampled=True)
             hold = min(2 * hold, HOLD_MAX)
@@ -318,15 +328,14 @@ class LengthController:
         # one, through rejections (which most drafting steps have), for ``HOLD_RECHECK`` - 1 more steps, each priced
         # (unpriced, a depth the fit mispriced was corrected later: closed_loop.py --draft-prior 0.3, 12 seeds, 0.972
         # of the oracle, worst 0.858, against 0.983 and 0.957 priced)
-        hoped = bool(_drafts_on_hope(probs, means, lengths).any())
         repeat = (shape, lengths.tobytes())
-        steady = (adaptive and not bounded and not calibration and not probe and not hoped
-                  and self._last_plan == repeat)
+        steady = (adaptive and not bounded and not calibration and not probe and self._last_plan == repeat
+                  and not _drafts_on_hope(probs, means, lengths).any())
         self._last_plan = None if steady else repeat
         holds = (bounded or steady) and not calibration and not (adaptive and parked and long_steps)
         hold = HOLD_RECHECK if steady else hold
-        self._held = ((shape, dataclasses.replace(decision, held=True, sampled=steady), hold - 1, hold, parked, steady)
-                      if holds else None)
+        self._held = (_Hold(shape, dataclasses.replace(decision, held=True, sampled=steady), hold - 1, hold, parked,
+                            steady) if holds else None)
         # a small parked batch's hold's deciding step is not a sample; a drafting one's is (a rejection may end its
         # hold before its last held step, every time), and so is a large batch's (``HOLD_STEP_BATCH``)
         unsampled = holds and parked and batch < HOLD_STEP_BATCH
@@ -569,7 +578,7 @@ class LengthController:
             return
         accepted = np.minimum(np.asarray(accepted, dtype=np.int64)[: len(rids)], lengths)
         held = self._held
-        if held is not None and not held[5] and self.config.mode is Mode.ADAPTIVE and (accepted < lengths).any():
+        if held is not None and not held.steady and self.config.mode is Mode.ADAPTIVE and (accepted < lengths).any():
             self._held = None  # a rejected draft: the next step decides on the new evidence (a steady plan's holds on)
         self.tracker.observe(rids, lengths, accepted)
         self.counters.add_positions(lengths, accepted)
