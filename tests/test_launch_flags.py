@@ -134,3 +134,14 @@ def test_a_bad_warmup_value_exits_2_naming_the_choices(tmp_path):
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 2
     assert "--faser-warmup: invalid choice: 'sometimes'" in proc.stderr and "'auto', 'on', 'off'" in proc.stderr
+
+
+def test_faser_admits_as_many_running_requests_as_no_speculation_where_no_graph_is_captured():
+    from sglang_faser.launch_server import RUNNING_CAP, with_running_cap
+
+    spec = ["--speculative-algorithm", "EAGLE"]
+    assert with_running_cap(spec + ["--disable-cuda-graph"]) == spec + ["--disable-cuda-graph",
+                                                                        "--max-running-requests", str(RUNNING_CAP)]
+    assert with_running_cap(spec + ["--cuda-graph-backend-decode=disabled"])[-1] == str(RUNNING_CAP)
+    for kept in (spec, spec + ["--disable-cuda-graph", "--max-running-requests", "8"], ["--disable-cuda-graph"]):
+        assert with_running_cap(kept) == kept  # graphs captured, the operator's own cap, or no speculation

@@ -6,6 +6,8 @@
 * ``fixed-k``: stock SGLang speculative decoding with k draft steps, chain drafts (``--faser-mode stock``);
 * ``sglang-adaptive``: SGLang's own ``--speculative-adaptive`` over the same window, no FASER worker;
 * ``faser``: FASER's goodput policy choosing each request's length inside the window;
+* ``faser-48``: ``faser`` with SGLang's speculative cap of 48 running requests (``--max-running-requests 48``),
+  which FASER's launcher lifts where no CUDA graph is captured (not part of the default set);
 * ``faser-exact``: ``faser`` with ``--faser-uniform-margin 0``: the per-request optimum even where it expects
   little more than one length for the batch (not part of the default set);
 * ``faser-frontier-N``: the same, verifying in frontiers of N draft positions (early pruning);
@@ -37,6 +39,7 @@ def configurations(algorithm: str = "EAGLE", window: int = 7, fixed=FIXED, adapt
     if adaptive:
         configs["sglang-adaptive"] = spec_flags(algorithm, window, "--faser-mode", "stock", "--speculative-adaptive")
     configs["faser"] = spec_flags(algorithm, window)
+    configs["faser-48"] = spec_flags(algorithm, window, "--max-running-requests", "48")
     configs["faser-exact"] = spec_flags(algorithm, window, "--faser-uniform-margin", "0")
     for size in frontiers:
         configs[f"faser-frontier-{size}"] = spec_flags(algorithm, window, "--faser-frontier-size", str(size))
@@ -48,7 +51,7 @@ def configurations(algorithm: str = "EAGLE", window: int = 7, fixed=FIXED, adapt
 
 
 # run only when asked for by name
-EXTRA = ("no-spec-sync", "faser-exact", "faser-warm", "faser-k0", *(f"faser-fixed-{k}" for k in FIXED))
+EXTRA = ("no-spec-sync", "faser-48", "faser-exact", "faser-warm", "faser-k0", *(f"faser-fixed-{k}" for k in FIXED))
 
 
 QUICK = ("no-spec", "fixed-1", "fixed-3", "faser", "faser-frontier-2")

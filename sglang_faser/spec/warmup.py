@@ -21,11 +21,16 @@ import numpy as np
 
 RID_PREFIX = "faser-warmup-"
 DEFAULT_MAX_BATCH = 64  # when neither --max-running-requests nor --cuda-graph-max-bs-decode says
+# the largest batch swept: without CUDA graphs FASER's launcher admits up to 4096 running requests (as no
+# speculation does), and a sweep of every bucket up to there would take longer than the compiles it saves
+MAX_BATCH = 256
 
 
 def batch_sizes(max_batch: int) -> list[int]:
-    """Both edges of every power-of-two bucket from 2 up to ``max_batch`` (batch 1 is the start-up sweep's, and
-    the largest batch itself, where it is no edge): 2, 3, 4, 5, 8, 9, 16, 17, 32, 33, 64 for 64."""
+    """Both edges of every power-of-two bucket from 2 up to ``max_batch`` (at most ``MAX_BATCH``; batch 1 is the
+    start-up sweep's, and the largest batch itself, where it is no edge): 2, 3, 4, 5, 8, 9, 16, 17, 32, 33, 64 for
+    64."""
+    max_batch = min(max_batch, MAX_BATCH)
     sizes, bucket = [], 2
     while bucket <= max_batch:
         sizes += [bucket] + ([bucket + 1] if bucket + 1 <= max_batch else [])

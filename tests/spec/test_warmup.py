@@ -13,6 +13,7 @@ from sglang_faser.spec.warmup import RID_PREFIX, batch_sizes, new_tokens, sweep_
 
 def test_batch_sizes_take_both_edges_of_every_power_of_two_bucket():
     assert batch_sizes(64) == [2, 3, 4, 5, 8, 9, 16, 17, 32, 33, 64]
+    assert batch_sizes(4096) == [2, 3, 4, 5, 8, 9, 16, 17, 32, 33, 64, 65, 128, 129, 256]  # the lifted cap: to 256
     assert batch_sizes(48) == [2, 3, 4, 5, 8, 9, 16, 17, 32, 33, 48]  # the largest batch itself, not an edge
     assert batch_sizes(4) == [2, 3, 4]
     assert batch_sizes(1) == []  # batch 1 is the start-up sweep's
