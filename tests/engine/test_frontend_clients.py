@@ -138,3 +138,15 @@ def test_a_shared_200_token_prefix_hits_the_radix_cache_as_without_faser(servers
     on, off = results["on"], results["off"]
     assert [o["meta_info"]["cached_tokens"] for o in on] == [o["meta_info"]["cached_tokens"] for o in off]
     assert [o["output_ids"] for o in on] == [o["output_ids"] for o in off]
+
+
+def test_faser_admits_as_many_running_requests_as_no_speculation_where_stock_speculation_caps_them(servers):
+    """No CUDA graph on CPU: FASER's launcher lifts SGLang's speculative cap of 48 (``with_running_cap``), stock
+    SGLang's speculative server keeps it."""
+
+    def running_cap(server) -> int:
+        info = requests.get(server.url + "/server_info", timeout=30).json()
+        return info["internal_states"][0]["effective_max_running_requests_per_dp"]
+
+    assert running_cap(servers["off"]) == 48
+    assert running_cap(servers["on"]) > 48
