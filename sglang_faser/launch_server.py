@@ -11,6 +11,8 @@ applies what a CPU-only machine needs (sglang-on-cpu.md §5-6):
   EAGLE`` or ``STANDALONE`` without a draft path picks the matching embedded draft (EAGLE head or small Llama);
 * ``--model-path smollm2``: SmolLM2-135M-Instruct, a real instruct model installed from the package registry on
   first use, with its trained drafts (``sglang_faser/models/smollm2.py``).
+* with FASER and no CUDA graphs, ``--max-running-requests`` as no speculation has it, not SGLang's speculative 48
+  (``with_running_cap``), unless the operator gives one.
 
 The FASER settings reach SGLang's scheduler processes as JSON in ``SGLANG_FASER_CONFIG``. Unless
 ``--faser-control off``, the gRPC control service (``control/``) starts beside the engine on 127.0.0.1:50051.
