@@ -96,10 +96,12 @@ def with_running_cap(argv: list[str]) -> list[str]:
     """SGLang caps a speculative server at 48 running requests unless ``--max-running-requests`` says otherwise
     (``speculative_hook.py``), where no speculation gets up to 4096; FASER parks a batch that speculation does not
     pay for, so where no CUDA graph is captured (on CPU, or with ``--disable-cuda-graph``) it admits as many as no
-    speculation would. At 64 req/s on CPU (``serve_bench_s44-cap``, one run, 3 repeats) capped it ran at 0.86x /
-    0.82x of no speculation (Poisson / Gamma), lifted at 0.97x / 0.97x with the same mean end-to-end latency and a
-    TTFT p50 of 0.04 s against 1.6-2.0. With graphs the cap stays SGLang's: each depth's runtime state captures a
-    graph for every batch size up to it."""
+    speculation would. At 64 req/s on CPU (Poisson / Gamma): in one run, 3 repeats (``serve_bench_s44-cap``),
+    0.86x / 0.82x of no speculation capped, 0.97x / 0.97x lifted, the same mean end-to-end latency, TTFT p50 0.04 s
+    against 1.6-2.0; on fresh servers, 5 repeats (``ab_s44-cap-r64`` / ``-g64``), lifted 1.049x / 1.115x of capped;
+    the full regret table on it right after still had FASER at 0.89x / 0.80x of the best other there (repeats
+    overlapping). With graphs the cap stays SGLang's: each depth's runtime state captures a graph for every batch
+    size up to it."""
     graphs_off = (_has_flag(argv, "--disable-cuda-graph")
                   or (_flag_value(argv, "--cuda-graph-backend-decode") or "").lower() == "disabled")
     if _has_flag(argv, "--max-running-requests") or not _has_flag(argv, "--speculative-algorithm") or not graphs_off:
