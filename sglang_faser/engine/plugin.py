@@ -22,9 +22,10 @@ def register() -> None:
     cpu_bootstrap.install()
     if cpu_bootstrap.using_standin():
         from sglang_faser.engine import touchpoints
-        from sglang_faser.kernels.cpu import allocator
+        from sglang_faser.kernels.cpu import allocator, threads
 
         allocator.retain_heap()  # a forward pass's temporaries reuse the heap instead of faulting it back in
+        touchpoints.size_forward_threads(threads.ForwardThreads.from_env())  # small passes on one thread
 
         touchpoints.report_amx_on_cpu()
         touchpoints.enable_cpu_speculative_sampling()

@@ -12,6 +12,7 @@ re-check each entry here, then re-scan the wheel for new ``from sgl_kernel impor
 | ``sglang.launch_server.run_server`` | start the real HTTP server |
 | ``sglang.srt.utils.kill_process_tree`` | reap scheduler/detokenizer children when the launcher exits |
 | ``sglang.srt.plugins.hook_registry.HookRegistry`` (AROUND) | install hooks from the plugin |
+| ``ModelRunner.forward`` (model_runner.py:1813; BEFORE, its ``ForwardBatch.input_ids``) | small forward passes on one intra-op thread on CPU (``kernels/cpu/threads.py``) |
 | ``sglang.srt.speculative.spec_info.SpeculativeAlgorithm.create_worker`` (:311) | hand the scheduler the FASER worker |
 | ``sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2`` (:1297) | the class FaserWorker extends; ``engine/step.py`` runs its decode branch's pieces in its order (:1445-1505): ``activate_step_by_batch``, ``draft_worker.draft`` (in ``draft_tp_context`` / MoE contexts / ``spec_stage_span``), ``_build_trivial_verify_input`` (depth 0), ``verify`` (:1979), ``_draft_extend_for_decode`` or ``_stub_skipped_draft_extend`` (``SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND``); ``adaptive_controller``, ``_draft_worker``, ``speculative_num_steps``, ``topk`` |
 | ``sglang.srt.runtime_context.get_parallel`` (``pp_size``, ``tp_group.cpu_group`` / ``ranks`` / ``world_size``) | PP runs SGLang's step; rank 0's lengths are broadcast over the TP group's CPU group (``engine/rank_sync.py``) |
@@ -191,6 +192,20 @@ def eager_draft_top_k_on_cpu() -> None:
 
     compiled = spec_utils._select_top_k_tokens_later
     spec_utils._select_top_k_tokens_later = getattr(compiled, "__wrapped__", compiled)
+
+
+def size_forward_threads(threads) -> None:
+    """BEFORE every ``ModelRunner.forward`` (model_runner.py:1813), target and draft alike: ``threads.before``
+    with the pass's token count (``kernels/cpu/threads.py``: small passes on one intra-op thread)."""
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    def before(runner, *args, **kwargs):
+        forward_batch = args[0] if args else kwargs.get("forward_batch")
+        input_ids = getattr(forward_batch, "input_ids", None)
+        if input_ids is not None:
+            threads.before(int(input_ids.shape[0]))
+
+    HookRegistry.register("sglang.srt.model_executor.model_runner.ModelRunner.forward", before, HookType.BEFORE)
 
 
 def decode_graphs_disabled() -> bool:
