@@ -5,7 +5,7 @@ of small ops, each too short to gain from a second intra-op thread: every parall
 and on a machine of few cores shared with the server's other processes (tokenizer manager, detokenizer, the HTTP
 client) a region whose other thread is descheduled waits for it. Measured on the 2-core CPU machine (embedded
 pair, mixed prompts, 64-token requests, servers up at once, requests alternating between them; HISTORY.md's
-forty-fifth session): one request at a time, no speculation 5.56 -> 5.28 ms a token and FASER 6.13 -> 5.58 with
+forty-fifth session; one run each, 8-16 alternating requests): one request at a time, no speculation 5.56 -> 5.28 ms a token and FASER 6.13 -> 5.58 with
 forwards of up to 16 tokens single-threaded; 8 requests in flight, no speculation 1.32 -> 1.27 and FASER 1.79 ->
 1.42 (up to 64 tokens); 32 in flight, 0.96 -> 0.93 and 1.08 -> 0.98 (up to 32). Everything single-threaded
 (``OMP_NUM_THREADS=1``) was as fast at one request but 20 % slower at 32 (0.78 against 0.62): prefills and large
@@ -15,10 +15,7 @@ passes do gain from the second thread, so only passes of at most ``SMALL_FORWARD
 
 from __future__ import annotations
 
-import logging
 import os
-
-logger = logging.getLogger(__name__)
 
 ENV_VAR = "SGLANG_FASER_CPU_SMALL_FORWARD_TOKENS"
 SMALL_FORWARD_TOKENS = 32
@@ -43,9 +40,6 @@ class ForwardThreads:
         except ValueError as exc:
             raise ValueError(f"{ENV_VAR}={raw!r}: expected a whole number of tokens >= 0") from exc
 
-    def threads_for(self, tokens: int) -> int:
-        return 1 if tokens <= self.small_tokens else self.full
-
     def before(self, tokens: int) -> None:
         import torch
 
@@ -53,7 +47,7 @@ class ForwardThreads:
             self.full = self.current = torch.get_num_threads()
         if self.full <= 1 or not self.small_tokens:
             return
-        want = self.threads_for(tokens)
+        want = 1 if tokens <= self.small_tokens else self.full
         if want != self.current:
             torch.set_num_threads(want)
             self.current = want
