@@ -1,15 +1,16 @@
 """Small forward passes on one intra-op thread where the CPU stand-in serves.
 
 A forward pass of a few tokens (a decode step of a small batch, a draft forward, a short verify pass) is hundreds
-of small ops, each too short to gain from a second intra-op thread: every parallel region pays its thread sync,
-and on a machine of few cores shared with the server's other processes (tokenizer manager, detokenizer, the HTTP
+of small ops, each too short to gain from a second intra-op thread: every parallel region pays its thread sync, and
+on a machine of few cores shared with the server's other processes (tokenizer manager, detokenizer, the HTTP
 client) a region whose other thread is descheduled waits for it. Measured on the 2-core CPU machine (embedded pair,
 mixed prompts, 64-token requests, servers up at once, requests alternating between them; HISTORY.md's forty-fifth
 session; one run each, 8-16 alternating requests): one request at a time, no speculation 5.56 -> 5.28 ms a token
 and FASER 6.13 -> 5.58 with forwards of up to 16 tokens single-threaded; 8 requests in flight, no speculation 1.32
 -> 1.27 and FASER 1.79 -> 1.42 (up to 64 tokens); 32 in flight, 0.96 -> 0.93 and 1.08 -> 0.98 (up to 32).
-Everything single-threaded (``OMP_NUM_THREADS=1``) was as fast at one request but 20 % slower at 32 (0.78 against 0.62): prefills and large
-passes do gain from the second thread, so only passes of at most ``SMALL_FORWARD_TOKENS`` tokens run on one.
+Everything single-threaded (``OMP_NUM_THREADS=1``) was as fast at one request but 20 % slower at 32 (0.78 against
+0.62): prefills and large passes do gain from the second thread, so only passes of at most ``SMALL_FORWARD_TOKENS``
+tokens run on one.
 ``SGLANG_FASER_CPU_SMALL_FORWARD_TOKENS`` overrides the bound (0: every pass keeps the process's thread count).
 """
 
