@@ -13,6 +13,8 @@
 * ``faser-frontier-N``: the same, verifying in frontiers of N draft positions (early pruning);
 * ``faser-warm``: ``faser`` with the start-up warm-up (``--faser-warmup on``, off on CPU by default): its costs
   measured before the first request instead of by a start-up sweep of live ones (not part of the default set);
+* ``faser-eager-prefill``: ``faser`` with ``--faser-lazy-prefill off``: every prefill runs the draft model, also
+  while decode steps are parked (not part of the default set);
 * ``faser-k0``: the FASER worker with every length 0 (``--faser-mode off``): what a step without speculation
   costs inside a speculative server, against ``no-spec`` (not part of the default set; without the start-up
   warm-up, whose other depths it never runs: it starts as fast as ``no-spec``, which compiles at first use too);
@@ -44,6 +46,7 @@ def configurations(algorithm: str = "EAGLE", window: int = 7, fixed=FIXED, adapt
     for size in frontiers:
         configs[f"faser-frontier-{size}"] = spec_flags(algorithm, window, "--faser-frontier-size", str(size))
     configs["faser-warm"] = spec_flags(algorithm, window, "--faser-warmup", "on")
+    configs["faser-eager-prefill"] = spec_flags(algorithm, window, "--faser-lazy-prefill", "off")
     configs["faser-k0"] = spec_flags(algorithm, window, "--faser-mode", "off", "--faser-warmup", "off")
     configs.update({f"faser-fixed-{k}": spec_flags(algorithm, window, "--faser-mode", "fixed", "--faser-fixed-len",
                                                     str(k)) for k in fixed})
@@ -51,7 +54,8 @@ def configurations(algorithm: str = "EAGLE", window: int = 7, fixed=FIXED, adapt
 
 
 # run only when asked for by name
-EXTRA = ("no-spec-sync", "faser-48", "faser-exact", "faser-warm", "faser-k0", *(f"faser-fixed-{k}" for k in FIXED))
+EXTRA = ("no-spec-sync", "faser-48", "faser-exact", "faser-warm", "faser-eager-prefill", "faser-k0",
+         *(f"faser-fixed-{k}" for k in FIXED))
 
 
 QUICK = ("no-spec", "fixed-1", "fixed-3", "faser", "faser-frontier-2")

@@ -16,6 +16,9 @@ request are kept: older skipped positions keep stale draft KV, which costs accep
 target verifies every draft). So do the rows of a request that decodes in a mixed prefill-decode step
 (``--enable-mixed-chunk``): SGLang's own step advances its draft state by one position past them, so they are
 dropped (``FaserEngine.forward``) rather than caught up one position late.
+
+A prefill may be deferred the same way (``seed``, ``--faser-lazy-prefill``): its request starts with the last
+``limit`` rows of its prompt in the backlog instead of a draft prefill, and the earlier ones keep stale draft KV.
 """
 
 from __future__ import annotations
@@ -53,7 +56,6 @@ class DraftBacklog:
         step, self._step = self._step, self._step + 1
         if skipped:
             self._steps[step] = (tokens, features)
-        self._steps.pop(step - self.limit, None)
         rows = {}
         for j, i in enumerate(skipped):
             mine = self._rows.get(rids[i], [])
@@ -62,6 +64,19 @@ class DraftBacklog:
                 del mine[0]
             rows[rids[i]] = mine
         self._rows = rows  # requests absent from this step, or that drafted in it, hold nothing
+        oldest = min((mine[0][0] for mine in rows.values()), default=step + 1)
+        for s in [s for s in self._steps if s < oldest]:  # steps no request holds a row of any more
+            del self._steps[s]
+
+    def seed(self, rids: list[str], counts: list[int], tokens: torch.Tensor, features: torch.Tensor | None) -> None:
+        """New requests whose prefill skipped the draft: request i's last ``counts[i]`` (at most ``limit``) prompt
+        rows, the rows ending just before its length, are ``tokens`` (and ``features``) in request order."""
+        step, self._step = self._step, self._step + 1
+        self._steps[step] = (tokens, features)
+        at = 0
+        for rid, count in zip(rids, counts):
+            self._rows[rid] = [(step, at + j) for j in range(count)]
+            at += count
 
     def take(self, rids: list[str], members: list[int] | None = None) -> CatchUp | None:
         """The backlog of the requests at batch rows ``members`` (default: all of ``rids``), in batch order; they

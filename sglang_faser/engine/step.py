@@ -18,7 +18,8 @@ eagle_worker_v2.py:1416) and changes only how much work each does:
   brings the draft's state up to date for the requests that drafted; a request with k_i = 0 is left out (a step
   where every k_i = 0 runs no draft model at all, and is the target's plain decode with SGLang's sampler where
   nothing needs the verify path): its rows wait in the draft backlog until it drafts again and catches up in one
-  pass;
+  pass; while the last decode step was parked, a prefill runs no draft model either (its prompt's last rows wait
+  in the backlog alike);
 * **record**: the step's counters and telemetry at once; its measured phase times feed the cost model when they
   can be read (at once on CPU, a step or two later from CUDA events on a GPU: ``step_clock.py``); acceptance
   arrives later too, through ``observe`` (SGLang's ``on_verify_complete_cpu``), matched to this step by the
@@ -33,6 +34,7 @@ import dataclasses
 import json
 import logging
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -103,6 +105,7 @@ class FaserEngine:
         self.metrics = FaserMetrics.create({"worker": "faser"})
         self._metrics_at = 0.0
         self._last: tuple[Mark, frozenset, bool] | None = None  # last step's end, its requests, was it a decode
+        self._parked = False  # the last decode step's requests all had k = 0 (new requests may skip the draft prefill)
         self._limits: tuple[list, tuple] = ([], ())  # the last batch's custom_params objects, and _limits_of them
         self._group = None  # (TP group, source rank) of the decision's broadcast: fixed for the server's life
         logger.info("FASER worker on %s: window=%d topk=%d depth_tiers=%s config=%s", type(worker).__mro__[2].__name__,
@@ -121,7 +124,8 @@ class FaserEngine:
             if len(self.backlog):  # a mixed step decodes running requests with SGLang's own draft-extend
                 self._drop_backlog(sgl.request_ids(batch))
             began = self.clock.mark()
-            result = stock(batch, on_publish, grammar_barrier, pp_proxy_tensors)
+            with self._prefill_draft():
+                result = stock(batch, on_publish, grammar_barrier, pp_proxy_tensors)
             ended = self.clock.mark()
             self.clock.when_ready(ended, lambda: self._end_step([("prefill", began, ended)], batch_size=0))
             self._last = (ended, self._last[1] if self._last else frozenset(), False)
@@ -209,7 +213,22 @@ class FaserEngine:
         marks = StepMarks(began, verify_began, verify_ended, ended, host_gap, catch_up)
         self._record(decision, cut, verifier, width, phases, marks, view)
         self._last = (ended, members, True)
+        self._parked = decision.depth == 0 and not decision.warmup
         return result
+
+    def _prefill_draft(self):
+        """How a prefill step runs the draft: SGLang's draft prefill, or, while the last decode step was parked
+        (every request at k = 0, a load where new requests are parked too), none: the new requests' prompt rows wait
+        in the backlog (``--faser-lazy-prefill``). A parked request's draft model work is then nothing at all; at
+        16 requests/s on CPU the draft's prefill was 6 % of a FASER server's busy time (py-spy), work no
+        speculation does not have, and time per token rose faster than that near saturation."""
+        if not (self.config.lazy_prefill and self._parked):
+            return nullcontext()
+        return sgl.lazy_draft_prefill(self.worker, self._seed_backlog, self.backlog.limit)
+
+    def _seed_backlog(self, rids: list, counts: list[int], tokens, features) -> None:
+        self.backlog.seed(rids, counts, tokens, features)
+        self.controller.counters.lazy_prefill_rows += sum(counts)
 
     def _drop_backlog(self, rids: list) -> None:
         """The backlog of requests that run a step outside FASER's decode (a mixed prefill-decode step): SGLang's

@@ -82,6 +82,8 @@ KNOBS: tuple[Knob, ...] = (
     Knob("draft_margin", "float", 0.1, 0.0, 10.0, "how much more goodput a plan that drafts must expect than no "
          "drafts at all before it runs, unless it pays on the posterior means alone (its expected tokens carry "
          "exploration's hopes, which drafted steps did not deliver); 0 = always the exact optimum"),
+    Knob("lazy_prefill", "bool", True, help="while decode steps are parked (no request drafts), a new request's "
+         "prefill skips the draft model; its prompt's last rows wait in the draft backlog until it drafts"),
 )
 KNOB = {k.name: k for k in KNOBS}
 

@@ -80,3 +80,28 @@ def test_pending_counts_each_requests_rows_in_batch_order():
     _step(backlog, ["a", "b", "c"], 200, skipped=[0, 2])
     assert backlog.pending(["c", "b", "a", "x"]).tolist() == [2, 0, 2, 0]
 
+
+
+def _seed(backlog, rids, counts, tokens):
+    tokens = torch.tensor(tokens)
+    backlog.seed(rids, counts, tokens, tokens.float()[:, None].repeat(1, 2))
+
+
+def test_seeded_prompt_rows_come_first_and_survive_other_requests_prefills():
+    """A prefill that skipped the draft seeds its requests' last prompt rows; parked steps add rows after them, the
+    cap keeps the newest, and other requests' prefills in between (each a step of the backlog's own) evict none of
+    the rows still held."""
+    backlog = DraftBacklog(limit=4)
+    _seed(backlog, ["a", "b"], [3, 1], [10, 11, 12, 20])
+    for step in range(1, 7):
+        _step(backlog, ["a", "b", *(f"n{j}" for j in range(step))], 100 * step, skipped=[0, 1])
+        _seed(backlog, [f"n{step}"], [2], [900, 901])  # the next one's prefill
+    got = backlog.take(["a", "b"])
+    assert got.counts == [4, 4] and got.tokens.tolist() == [300, 400, 500, 600, 301, 401, 501, 601]
+    backlog = DraftBacklog(limit=4)
+    _seed(backlog, ["a"], [3], [10, 11, 12])
+    for step in range(1, 3):
+        _seed(backlog, [f"n{step}"], [2], [900, 901])
+        _step(backlog, ["a", f"n{step}"], 100 * step, skipped=[0])
+    got = backlog.take(["a"])
+    assert got.tokens.tolist() == [11, 12, 100, 200] and got.features[:, 0].tolist() == [11.0, 12.0, 100.0, 200.0]

@@ -158,3 +158,28 @@ def test_a_mixed_prefill_decode_step_drops_the_parked_requests_backlog_and_keeps
     assert out["output_ids"] == hf_greedy(target, input_ids, len(out["output_ids"]))
     assert other["out"]["output_ids"] == hf_greedy(target, other_ids, 8)
     assert counters["backlog_dropped_rows"] > 0 and counters["catch_up_rows"] > 0, counters
+
+
+def test_a_prefill_while_parked_skips_the_draft_and_its_prompt_is_caught_up_when_it_drafts(
+        switching_server, tokenizer, hf_greedy):
+    """While decode steps are parked a new request's prefill runs no draft model (``--faser-lazy-prefill``, on by
+    default): its prompt's rows wait in the backlog, and when the policy turns drafting on its draft catches up
+    over them with the rows it skipped since. Output stays the target's greedy output; on the always-accepted pair
+    every draft after the switch is accepted, which a draft started from SGLang's zeroed stubs would not be."""
+    pair, target, server = switching_server
+    requests.post(server.url + "/set_internal_state", timeout=30, json={
+        "server_args": encode_policy(FaserConfig(mode="fixed", fixed_len=0), next(VERSIONS))}).raise_for_status()
+    warm = {"text": "Flat is better than nested", "sampling_params": {"temperature": 0, "max_new_tokens": 4}}
+    requests.post(server.url + "/generate", json=warm, timeout=300).raise_for_status()  # a parked decode step
+    input_ids = tokenizer("Errors should never pass silently").input_ids
+    before = _counters(server)
+    out = _generate_with_switches(server, input_ids, {10: 3, 120: 0})
+    counters = {k: v - before[k] for k, v in _counters(server).items() if isinstance(v, int)}
+    assert out["output_ids"] == hf_greedy(target, input_ids, len(out["output_ids"]))
+    # the prompt's rows past the radix cache's prefix hit, then the ten or so tokens streamed before the switch
+    assert 0 < counters["lazy_prefill_rows"] < counters["catch_up_rows"], counters
+    meta = out["meta_info"]
+    proposed = sum(k * n for k, n in enumerate(meta["spec_cap_lens_histogram"]))
+    assert proposed > 0
+    if pair != "eagle":
+        assert meta["spec_num_correct_drafts"] == proposed, meta

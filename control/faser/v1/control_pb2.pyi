@@ -19,7 +19,7 @@ MODE_FIXED: Mode
 MODE_OFF: Mode
 
 class Policy(_message.Message):
-    __slots__ = ("mode", "max_len", "min_len", "fixed_len", "frontier_size", "overlap", "request_rate", "clear_max_len", "clear_fixed_len", "prior_weight", "explore", "latency_weight", "uniform_margin", "draft_margin")
+    __slots__ = ("mode", "max_len", "min_len", "fixed_len", "frontier_size", "overlap", "request_rate", "clear_max_len", "clear_fixed_len", "prior_weight", "explore", "latency_weight", "uniform_margin", "draft_margin", "lazy_prefill")
     MODE_FIELD_NUMBER: _ClassVar[int]
     MAX_LEN_FIELD_NUMBER: _ClassVar[int]
     MIN_LEN_FIELD_NUMBER: _ClassVar[int]
@@ -34,6 +34,7 @@ class Policy(_message.Message):
     LATENCY_WEIGHT_FIELD_NUMBER: _ClassVar[int]
     UNIFORM_MARGIN_FIELD_NUMBER: _ClassVar[int]
     DRAFT_MARGIN_FIELD_NUMBER: _ClassVar[int]
+    LAZY_PREFILL_FIELD_NUMBER: _ClassVar[int]
     mode: Mode
     max_len: int
     min_len: int
@@ -48,7 +49,8 @@ class Policy(_message.Message):
     latency_weight: float
     uniform_margin: float
     draft_margin: float
-    def __init__(self, mode: _Optional[_Union[Mode, str]] = ..., max_len: _Optional[int] = ..., min_len: _Optional[int] = ..., fixed_len: _Optional[int] = ..., frontier_size: _Optional[int] = ..., overlap: _Optional[bool] = ..., request_rate: _Optional[float] = ..., clear_max_len: _Optional[bool] = ..., clear_fixed_len: _Optional[bool] = ..., prior_weight: _Optional[float] = ..., explore: _Optional[float] = ..., latency_weight: _Optional[float] = ..., uniform_margin: _Optional[float] = ..., draft_margin: _Optional[float] = ...) -> None: ...
+    lazy_prefill: bool
+    def __init__(self, mode: _Optional[_Union[Mode, str]] = ..., max_len: _Optional[int] = ..., min_len: _Optional[int] = ..., fixed_len: _Optional[int] = ..., frontier_size: _Optional[int] = ..., overlap: _Optional[bool] = ..., request_rate: _Optional[float] = ..., clear_max_len: _Optional[bool] = ..., clear_fixed_len: _Optional[bool] = ..., prior_weight: _Optional[float] = ..., explore: _Optional[float] = ..., latency_weight: _Optional[float] = ..., uniform_margin: _Optional[float] = ..., draft_margin: _Optional[float] = ..., lazy_prefill: _Optional[bool] = ...) -> None: ...
 
 class GetPolicyRequest(_message.Message):
     __slots__ = ()
