@@ -140,14 +140,15 @@ def test_configurations_map_to_launcher_flags():
     configs = configurations("EAGLE", window=7)
     assert list(configs) == ["no-spec", "no-spec-sync", "fixed-1", "fixed-3", "fixed-5", "fixed-7",
                              "sglang-adaptive", "faser", "faser-48", "faser-exact", "faser-frontier-2", "faser-warm",
-                             "faser-k0", "faser-fixed-1", "faser-fixed-3", "faser-fixed-5", "faser-fixed-7"]
+                             "faser-eager-prefill", "faser-k0", "faser-fixed-1", "faser-fixed-3", "faser-fixed-5", "faser-fixed-7"]
     # the worker at length 0: a k = 0 step's cost (no warm-up of depths it never runs)
     assert configs["faser-k0"][-4:] == ["--faser-mode", "off", "--faser-warmup", "off"]
     # FASER's worker held at a stock length, inside the same window as the adaptive server: its own path's cost
     assert configs["faser-fixed-3"][-4:] == ["--faser-mode", "fixed", "--faser-fixed-len", "3"]
     assert configs["faser-warm"][-2:] == ["--faser-warmup", "on"]  # its costs measured before the first request
     assert configs["faser-48"][-2:] == ["--max-running-requests", "48"]  # SGLang's speculative cap, kept
-    assert set(EXTRA) == {"no-spec-sync", "faser-48", "faser-exact", "faser-warm", "faser-k0",
+    assert configs["faser-eager-prefill"][-2:] == ["--faser-lazy-prefill", "off"]  # every prefill runs the draft
+    assert set(EXTRA) == {"no-spec-sync", "faser-48", "faser-exact", "faser-warm", "faser-eager-prefill", "faser-k0",
                           *(f"faser-fixed-{k}" for k in (1, 3, 5, 7))}
     assert configs["faser-exact"][-2:] == ["--faser-uniform-margin", "0"]  # the per-request optimum, no margin
     assert set(QUICK) <= set(configs) and configs["no-spec"] == []
