@@ -731,10 +731,9 @@ def _draft_contexts(worker, stage: str):
 def lazy_draft_prefill(worker, keep, limit: int):
     """For one prefill step: the draft's prefill extend (``_draft_extend_for_prefill``, eagle_worker_v2.py:961) does
     not run where the prefill is whole and plain (not mixed with decodes, no chunk of it follows, no multimodal
-    embeddings); ``keep(rids,
-    counts, tokens, features)`` gets each request's last ``limit`` prompt rows (token and, for EAGLE, the target's
-    feature there) for the draft backlog instead, and the next draft state holds SGLang's zeroed stubs
-    (``_stub_skipped_draft_extend``) with the target's next token as the bonus token."""
+    embeddings); ``keep(rids, counts, tokens, features)`` gets each request's last ``limit`` prompt rows (token
+    and, for EAGLE, the target's feature there) for the draft backlog instead, and the next draft state holds
+    SGLang's zeroed stubs (as ``_stub_skipped_draft_extend``) with the target's next token as the bonus token."""
     import torch
     from sglang.srt.speculative import eagle_worker_v2 as ew
     from sglang.srt.speculative.eagle_info import EagleDraftInput
