@@ -105,7 +105,7 @@ class FaserEngine:
         self.metrics = FaserMetrics.create({"worker": "faser"})
         self._metrics_at = 0.0
         self._last: tuple[Mark, frozenset, bool] | None = None  # last step's end, its requests, was it a decode
-        self._parked = False  # the last decode step's requests all had k = 0 (new requests may skip the draft prefill)
+        self._parked = False  # the last decode step had every k = 0 (a prefill may skip the draft)
         self._limits: tuple[list, tuple] = ([], ())  # the last batch's custom_params objects, and _limits_of them
         self._group = None  # (TP group, source rank) of the decision's broadcast: fixed for the server's life
         logger.info("FASER worker on %s: window=%d topk=%d depth_tiers=%s config=%s", type(worker).__mro__[2].__name__,
