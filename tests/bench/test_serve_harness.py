@@ -140,7 +140,8 @@ def test_configurations_map_to_launcher_flags():
     configs = configurations("EAGLE", window=7)
     assert list(configs) == ["no-spec", "no-spec-sync", "fixed-1", "fixed-3", "fixed-5", "fixed-7",
                              "sglang-adaptive", "faser", "faser-48", "faser-exact", "faser-frontier-2", "faser-warm",
-                             "faser-eager-prefill", "faser-k0", "faser-fixed-1", "faser-fixed-3", "faser-fixed-5", "faser-fixed-7"]
+                             "faser-eager-prefill", "faser-k0", "faser-fixed-1", "faser-fixed-3", "faser-fixed-5",
+                             "faser-fixed-7"]
     # the worker at length 0: a k = 0 step's cost (no warm-up of depths it never runs)
     assert configs["faser-k0"][-4:] == ["--faser-mode", "off", "--faser-warmup", "off"]
     # FASER's worker held at a stock length, inside the same window as the adaptive server: its own path's cost

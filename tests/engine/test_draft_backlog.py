@@ -81,7 +81,6 @@ def test_pending_counts_each_requests_rows_in_batch_order():
     assert backlog.pending(["c", "b", "a", "x"]).tolist() == [2, 0, 2, 0]
 
 
-
 def _seed(backlog, rids, counts, tokens):
     tokens = torch.tensor(tokens)
     backlog.seed(rids, counts, tokens, tokens.float()[:, None].repeat(1, 2))
