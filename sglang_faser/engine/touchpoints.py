@@ -22,7 +22,7 @@ re-check each entry here, then re-scan the wheel for new ``from sgl_kernel impor
 | ``TpModelWorker.forward_batch_generation(batch, capture_hidden_mode=...)`` on a ``ForwardMode.DECODE`` copy of the ``ScheduleBatch`` (tp_worker.py:622; ``req_to_token_pool``, ``seq_lens`` / ``seq_lens_cpu`` / ``orig_seq_lens``, ``EagleDraftInput.bonus_tokens``), ``GenerationBatchResult`` (managers/utils.py:56), ``ModelRunner.decode_cuda_graph_runner`` / ``watermark_state``, ``SamplingBatchInfo.penalizer_orchestrator`` / ``logit_bias`` / ``has_custom_logit_processor``, ``ScheduleBatch.has_grammar`` / ``return_logprob`` / ``hisparse_coordinator`` / ``mamba_track_indices`` | a step where nobody drafts runs as the target's plain decode (``plain_decode``) where none of the features SGLang's verify handles is in play and the target runs eagerly |
 | ``EagleDraftWorker.cuda_graph_runner_for_draft_extend`` (its ``can_run_graph`` / ``execute(forward_batch, select_index)`` contract, eagle_worker_v2.py:1182-1243) / ``seed_dsa_topk_from_draft_extend``, ``EagleDraftExtendInput.select_index`` (read by ``LogitsMetadata`` in DRAFT_EXTEND_V2, logits_processor.py:392), ``draft_runner.attn_backend.init_forward_metadata``, ``ForwardBatch.mark_forward_metadata_ready`` | an eager draft's draft-extend runs its LM head on each request's last accepted row only, as SGLang's graph runner does (``_SelectedRowsExtend``) |
 | ``EagleVerifyInput.draft_token`` / ``draft_token_num``, ``LogitsProcessorOutput.hidden_states`` | the verified windows' roots (and EAGLE's target features there) of requests at k_i = 0, kept for their draft's catch-up (``skipped_rows``) |
-| ``EagleDraftWorker._draft_extend_for_prefill`` (eagle_worker_v2.py:961; ``ScheduleBatch.extend_lens`` / ``input_ids`` / ``chunked_req_next_prompt_token``, ``get_draft_recurrent_hidden_state_spec``, ``EagleDraftInput``) | a prefill while decode steps are parked skips the draft model; its prompt's last rows go to the draft backlog (``lazy_draft_prefill``) |
+| ``EagleDraftWorker._draft_extend_for_prefill`` (eagle_worker_v2.py:961; ``ScheduleBatch.extend_lens`` / ``input_ids`` / ``chunked_req_next_prompt_token``, ``EagleDraftInput``, ``EAGLEWorkerV2._stub_skipped_draft_extend``) | a prefill while decode steps are parked skips the draft model; its prompt's last rows go to the draft backlog (``lazy_draft_prefill``) |
 | ``EagleVerifyInput.retrieve_next_token`` (eagle_info.py:17) | cut a request's draft chain after k_i drafts |
 | ``GenerationBatchResult.cap_lens`` (managers/utils.py:105) | per-request lengths into SGLang's metrics and ``meta_info`` |
 | ``ScheduleBatch.spec_info`` at a step's start, ``EagleDraftInput.topk_p`` / ``topk_index`` / ``hidden_states`` (eagle_info.py:157) | a step where nobody drafts reuses the draft state it began with as the next state's stubs (``skip_draft_extend``; ``filter_batch`` / ``merge_batch`` copy them, the overlap FutureMap stashes copies) |
@@ -733,9 +733,9 @@ def lazy_draft_prefill(worker, keep, limit: int):
     not run where the prefill is whole and plain (not mixed with decodes, no chunk of it follows, no multimodal
     embeddings); ``keep(rids, counts, tokens, features)`` gets each request's last ``limit`` prompt rows (token
     and, for EAGLE, the target's feature there) for the draft backlog instead, and the next draft state holds
-    SGLang's zeroed stubs (as ``_stub_skipped_draft_extend``) with the target's next token as the bonus token."""
-    import torch
-    from sglang.srt.speculative import eagle_worker_v2 as ew
+    SGLang's zeroed stubs (``_stub_skipped_draft_extend``) with the target's next token as the bonus token."""
+    from types import SimpleNamespace
+
     from sglang.srt.speculative.eagle_info import EagleDraftInput
 
     draft_worker = worker.draft_worker
@@ -753,14 +753,9 @@ def lazy_draft_prefill(worker, keep, limit: int):
         index = host_to_device(rows, batch.input_ids.device)
         keep([req.rid for req in batch.reqs], counts, batch.input_ids[index],
              None if standalone else target_hidden_states[index])
-        bs, device = len(batch.reqs), next_token_ids.device
-        hidden_size, hidden_dtype = ew.get_draft_recurrent_hidden_state_spec(draft_worker.draft_runner)
-        return EagleDraftInput(
-            topk_p=torch.zeros((bs, worker.topk), dtype=torch.float32, device=device),
-            topk_index=torch.zeros((bs, worker.topk), dtype=torch.int64, device=device),
-            hidden_states=None if hidden_size is None else torch.zeros((bs, hidden_size), dtype=hidden_dtype,
-                                                                      device=device),
-            bonus_tokens=next_token_ids, num_tokens_per_req=1, num_tokens_for_logprob_per_req=1)
+        state = EagleDraftInput(bonus_tokens=next_token_ids, num_tokens_per_req=1, num_tokens_for_logprob_per_req=1)
+        worker._stub_skipped_draft_extend(batch, SimpleNamespace(next_draft_input=state))  # reads only that field
+        return state
 
     return patched(draft_worker, "_draft_extend_for_prefill", deferred)
 
