@@ -568,6 +568,39 @@ def test_a_held_decision_reads_neither_context_nor_backlog():
     assert reads == ["context", "backlog"] and not first.held
 
 
+def test_a_probe_pays_its_catch_up_in_full_and_a_request_drafting_on_its_means_a_share_of_it():
+    """Batch-1 costs fitted live on CPU (a trace at 1 req/s), a catch-up pass of 3 ms + 0.028 ms a row: a new request,
+    which only hope drafts, probes its whole window where its draft holds nothing to catch up; where a lazy prefill
+    left 64 prompt rows its probe pays their catch-up in full (a failed probe parks it again: no later step shares
+    that price), so it probes shallower. A request whose own record drafts it resumes beside the same backlog
+    paying an eighth of it (``RESUME_HORIZON``)."""
+    context, rows = 200, np.array([64])
+
+    def controller() -> LengthController:
+        cost = StepCostModel(verify_coef=[4.82, 0.0, 0.118, 0.0001], draft_coef=[2.22, 2.57, 0.0, 1.73, 0.0])
+        cost.catch_up_coef = np.array([3.0, 0.028])
+        return LengthController(FaserConfig(max_len=7), window=7, cost=cost, calibration_sweeps=0)
+
+    def priced(controller: LengthController, decision) -> float:
+        return float(plan_ms(controller.cost, 1, decision.lengths, context=context))
+
+    fresh = controller().decide(["new"], context=context, backlog=np.zeros(1))
+    lazy_controller = controller()
+    lazy = lazy_controller.decide(["new"], context=context, backlog=rows)
+    catch_up = float(lazy_controller.cost.catch_up_ms(rows)[0])
+    assert fresh.depth == 7 and lazy.depth < fresh.depth, (fresh, lazy)
+    assert lazy.expected_ms == pytest.approx(priced(lazy_controller, lazy) + catch_up * lazy.lengths.any())
+
+    sure = controller()
+    for _ in range(8):
+        decision = sure.decide(["sure"], context=context)
+        sure.observe(list(decision.lengths))  # every draft accepted: its own record drafts it
+    sure.apply_config(sure.config)  # ends its hold at its caps: the next step is decided, its backlog read
+    resumed = sure.decide(["sure"], context=context, backlog=rows)
+    assert resumed.lengths.any() and not resumed.held, resumed
+    assert resumed.expected_ms == pytest.approx(priced(sure, resumed) + catch_up / 8), resumed
+
+
 def test_a_probe_is_never_priced_below_parking_on_the_hopes_that_chose_it():
     """The embedded pair's fitted batch-2 costs on CPU (a draft-extend and the verify's fixed costs are about a
     plain step: a step one draft deep costs 1.7x a parked one, five deep 2.8x) and requests whose drafts pass half the
