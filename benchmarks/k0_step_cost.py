@@ -6,7 +6,7 @@
 
 Two servers of the same target: ``no-spec`` (no speculative algorithm) and ``faser-k0`` (the FASER worker with
 every length 0, ``--faser-mode off``: every step is a whole-batch k = 0 step). For each batch size B, B greedy
-requests of ``--new-tokens`` tokens start together and decode together; a request's time between tokens is the
+requests of ``--new-tokens`` tokens on prompts of ``--prompt-tokens`` start together and decode together; a request's time between tokens is the
 step time, and the median over the batch is reported (``client``). The server's own view is reported beside it
 (``server``): SGLang's decode log (``--decode-log-interval``) gives the throughput of the steps where all B requests
 ran, so B / throughput is the step time without the client's streaming (on a 2-core machine the HTTP client and
@@ -52,17 +52,21 @@ from sglang_faser.engine import phase_times  # noqa: E402
 from sglang_faser.server_process import ServerProcess  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
-PROMPT = [1] + list(range(100, 130))  # a fixed 31-token prompt; every request gets a different last token
+PROMPT_TOKENS = 32  # a fixed prompt of this many tokens (``--prompt-tokens``); every request's last token differs
 LOG_INTERVAL = 8  # decode steps per line of SGLang's decode log
 DECODE_LOG = re.compile(r"#running-req: (\d+),.*gen throughput \(token/s\): ([\d.]+)")
 
 
-def decode_step_ms(url: str, batch: int, new_tokens: int) -> float:
+def prompt(tokens: int, i: int) -> list[int]:
+    return [1] + [100 + j % 400 for j in range(tokens - 2)] + [600 + i]
+
+
+def decode_step_ms(url: str, batch: int, new_tokens: int, prompt_tokens: int = PROMPT_TOKENS) -> float:
     """Decode step time at batch ``batch``: the median over requests of (last token - first token) / (tokens - 1),
     the time between two of a request's tokens while all ``batch`` requests decode together."""
 
     def one(i: int) -> float:
-        body = {"input_ids": PROMPT + [200 + i], "stream": True,
+        body = {"input_ids": prompt(prompt_tokens, i), "stream": True,
                 "sampling_params": {"temperature": 0, "max_new_tokens": new_tokens, "ignore_eos": True}}
         first = None
         with requests.post(url + "/generate", json=body, stream=True, timeout=600) as response:
@@ -94,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--new-tokens", type=int, default=96)
+    ap.add_argument("--prompt-tokens", type=int, default=PROMPT_TOKENS, help="each request's prompt length (the "
+                    "context a decode step attends over; the mixed prompts are about 150)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--algorithm", default="EAGLE")
     ap.add_argument("--model-path", default=None)
@@ -142,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                 for name in order:
                     log = servers[name].log_path
                     start = log.stat().st_size
-                    ms = decode_step_ms(servers[name].url, batch, args.new_tokens)
+                    ms = decode_step_ms(servers[name].url, batch, args.new_tokens, args.prompt_tokens)
                     samples[name][batch].append(ms)
                     logged = server_step_ms(log, start, batch)
                     if logged is not None:
@@ -192,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(md))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"model": args.model_path or "embedded default", "algorithm": args.algorithm,
-            "new_tokens": args.new_tokens, "repeats": args.repeats, "statistic": "median of alternating repeats",
+            "new_tokens": args.new_tokens, "prompt_tokens": args.prompt_tokens, "repeats": args.repeats, "statistic": "median of alternating repeats",
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset")}  # the servers inherit it
     args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     args.out.with_suffix(".md").write_text("\n".join(md) + "\n")
