@@ -4,17 +4,17 @@
     python benchmarks/k0_step_cost.py --model-path smollm2
     python benchmarks/k0_step_cost.py --model deep-cycles   # a 12-layer target: a plain step of about 10 ms at B = 1
 
-Two servers of the same target: ``no-spec`` (no speculative algorithm) and ``faser-k0`` (the FASER worker with
-every length 0, ``--faser-mode off``: every step is a whole-batch k = 0 step). For each batch size B, B greedy
-requests of ``--new-tokens`` tokens on prompts of ``--prompt-tokens`` start together and decode together; a request's time between tokens is the
-step time, and the median over the batch is reported (``client``). The server's own view is reported beside it
-(``server``): SGLang's decode log (``--decode-log-interval``) gives the throughput of the steps where all B requests
-ran, so B / throughput is the step time without the client's streaming (on a 2-core machine the HTTP client and
-SGLang's tokenizer processes share the cores with the step). The configurations alternate within each repeat and
-the median repeat is reported, with the ratio faser-k0 / no-spec (the goal: <= 1.05). With two intra-op threads
-on two cores shared with those processes, every small op waits on the other thread and repeats spread 10-25 %;
-``OMP_NUM_THREADS=1 python benchmarks/k0_step_cost.py`` (both servers inherit it, recorded in the JSON) measures
-steadier and faster steps for both.
+Two servers of the same target: ``no-spec`` (no speculative algorithm) and ``faser-k0`` (the FASER worker with every
+length 0, ``--faser-mode off``: every step is a whole-batch k = 0 step). For each batch size B, B greedy requests of
+``--new-tokens`` tokens on prompts of ``--prompt-tokens`` start together and decode together; a request's time
+between tokens is the step time, and the median over the batch is reported (``client``). The server's own view is
+reported beside it (``server``): SGLang's decode log (``--decode-log-interval``) gives the throughput of the steps
+where all B requests ran, so B / throughput is the step time without the client's streaming (on a 2-core machine the
+HTTP client and SGLang's tokenizer processes share the cores with the step). The configurations alternate within each
+repeat and the median repeat is reported, with the ratio faser-k0 / no-spec (the goal: <= 1.05). With two intra-op
+threads on two cores shared with those processes, every small op waits on the other thread and repeats spread
+10-25 %; ``OMP_NUM_THREADS=1 python benchmarks/k0_step_cost.py`` (both servers inherit it, recorded in the JSON)
+measures steadier and faster steps for both.
 
 ``phases``: every server's scheduler iterations timed per phase (``engine/phase_times.py``): the target's forward
 and the host work around it (requests taken in, the batch built, the worker's own code, results processed). Two
@@ -58,6 +58,7 @@ DECODE_LOG = re.compile(r"#running-req: (\d+),.*gen throughput \(token/s\): ([\d
 
 
 def prompt(tokens: int, i: int) -> list[int]:
+    """Request ``i``'s prompt: ``tokens`` token ids, the same for every request but the last."""
     return [1] + [100 + j % 400 for j in range(tokens - 2)] + [600 + i]
 
 
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--new-tokens", type=int, default=96)
     ap.add_argument("--prompt-tokens", type=int, default=PROMPT_TOKENS, help="each request's prompt length (the "
-                    "context a decode step attends over; the mixed prompts are about 150)")
+                    "context a decode step attends over; the mixed prompts are about 160)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--algorithm", default="EAGLE")
     ap.add_argument("--model-path", default=None)
@@ -198,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(md))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"model": args.model_path or "embedded default", "algorithm": args.algorithm,
-            "new_tokens": args.new_tokens, "prompt_tokens": args.prompt_tokens, "repeats": args.repeats, "statistic": "median of alternating repeats",
+            "new_tokens": args.new_tokens, "prompt_tokens": args.prompt_tokens, "repeats": args.repeats,
+            "statistic": "median of alternating repeats",
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset")}  # the servers inherit it
     args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     args.out.with_suffix(".md").write_text("\n".join(md) + "\n")

@@ -569,11 +569,11 @@ def test_a_held_decision_reads_neither_context_nor_backlog():
 
 
 def test_a_probe_pays_its_catch_up_in_full_and_a_request_drafting_on_its_means_a_share_of_it():
-    """Batch-1 costs fitted live on CPU (a trace at 1 req/s), a catch-up pass of 3 ms + 0.028 ms a row: a new request,
-    which only hope drafts, probes its whole window where its draft holds nothing to catch up; where a lazy prefill
-    left 64 prompt rows its probe pays their catch-up in full (a failed probe parks it again: no later step shares
-    that price), so it probes shallower. A request whose own record drafts it resumes beside the same backlog
-    paying an eighth of it (``RESUME_HORIZON``)."""
+    """Batch-1 costs fitted live on CPU (a trace at 1 req/s), a catch-up pass of 3 ms + 0.028 ms a row: a new
+    request, which only hope drafts, probes its whole window where its draft holds nothing to catch up; where a lazy
+    prefill left 64 prompt rows its probe pays their catch-up in full (a failed probe parks it again: no later step
+    shares that price), so it probes shallower. A request whose own record drafts it resumes beside the same
+    backlog paying an eighth of it (``RESUME_HORIZON``)."""
     context, rows = 200, np.array([64])
 
     def controller() -> LengthController:
