@@ -8,7 +8,8 @@ import pytest
 from sglang_faser.spec.acceptance import AcceptanceTracker
 from sglang_faser.spec.cost_model import DRAFT, PRICED_EVIDENCE, StepCostModel
 from sglang_faser.spec.config import FaserConfig
-from sglang_faser.spec.controller import MAX_PENDING_STEPS, PROBE_BATCH, PROBE_STEPS, LengthController
+from sglang_faser.spec.controller import (MAX_PENDING_STEPS, PROBE_BATCH, PROBE_STEPS, RESUME_HORIZON,
+                                          LengthController)
 from sglang_faser.spec.policy import plan_ms
 
 
@@ -598,7 +599,7 @@ def test_a_probe_pays_its_catch_up_in_full_and_a_request_drafting_on_its_means_a
     sure.apply_config(sure.config)  # ends its hold at its caps: the next step is decided, its backlog read
     resumed = sure.decide(["sure"], context=context, backlog=rows)
     assert resumed.lengths.any() and not resumed.held, resumed
-    assert resumed.expected_ms == pytest.approx(priced(sure, resumed) + catch_up / 8), resumed
+    assert resumed.expected_ms == pytest.approx(priced(sure, resumed) + catch_up / RESUME_HORIZON), resumed
 
 
 def test_a_probe_is_never_priced_below_parking_on_the_hopes_that_chose_it():
