@@ -70,4 +70,5 @@ def _choose_worker(original_create_worker, algorithm, server_args):
         return worker_cls
     from sglang_faser.engine.worker import faser_worker_class
 
+    touchpoints.lighten_forward_isolation()  # this scheduler process's speculative steps, parked ones too
     return faser_worker_class(worker_cls)

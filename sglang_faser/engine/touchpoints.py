@@ -34,6 +34,7 @@ re-check each entry here, then re-scan the wheel for new ``from sgl_kernel impor
 | ``ForwardBatch``, ``ForwardMode.TARGET_VERIFY``, ``CaptureHiddenMode.FULL``, ``EagleVerifyInput`` (forward_batch_info.py:493, eagle_info.py:17), ``ModelRunner.forward`` (model_runner.py:1813) | dummy verify passes for the start-up cost profile (``engine/profiler.py``), as SGLang's cpu_graph_runner.py:841 builds them for capture |
 | ``SchedulerInternalStateController._update_handlers`` / ``_add_speculative`` / ``_UpdateHandler`` / ``UpdateRejected`` (internal_state.py:146-170, :119, :290) | policy changes via ``/set_internal_state`` (numeric ``faser_*`` keys, ``SetInternalStateReq`` io_struct.py:2348) and FASER's telemetry in ``/server_info`` ``internal_states[i]["faser"]`` |
 | ``Scheduler.draft_worker`` | the FASER worker the control bridge talks to |
+| ``Scheduler._forward_isolation`` (scheduler.py:4570; ``record_batch_in_overlap``, ``SamplingBatchInfo.copy_for_forward``, ``ScheduleBatch.spec_algorithm``) | a FASER server's speculative batch snapshot and restore through the batch's ``__dict__`` (``lighten_forward_isolation``) |
 | ``SamplingParams.verify`` (sampling_params.py:252, tokenizer_manager.py:1567), ``SamplingParams.custom_params`` (:180), ``Req.sampling_params`` | per-request ``{"faser": {...}}`` controls: checked in the HTTP process (400 on a bad value), read by the worker |
 | ``sglang.srt.speculative.eagle_utils.eagle_sample`` (:521; returns ``predict``, ``accept_lens``, ``accept_index``), ``EagleVerifyInput.draft_token`` / ``retrieve_next_token`` / ``draft_token_num`` / ``tree_topk``, ``ScheduleBatch.reqs[i].rid`` | BENCHMARK-ONLY synthetic acceptance (``engine/synthetic_acceptance.py``, only when ``SGLANG_FASER_SYNTHETIC_ACCEPTANCE`` is set) |
 | ``Scheduler.ingest_requests`` / ``get_next_batch_to_run`` / ``run_batch`` / ``process_batch_result`` (scheduler.py:2184, :3894, :4614, :5074), ``TpModelWorker.forward_batch_generation`` (tp_worker.py:622), ``ScheduleBatch.forward_mode`` | BENCHMARK-ONLY phase times of each scheduler iteration (``engine/phase_times.py``, only when ``SGLANG_FASER_PHASE_TIMES`` is set) |
@@ -139,6 +140,54 @@ def time_scheduler_phases(times) -> None:
     timed(Scheduler, "run_batch", "run", before=decode_batch)
     timed(Scheduler, "process_batch_result", "results")
     timed(TpModelWorker, "forward_batch_generation", "forward")
+
+
+@functools.cache
+def _field_names(cls) -> tuple[str, ...]:
+    import dataclasses
+
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def lighten_forward_isolation() -> None:
+    """In a FASER server's scheduler process (idempotent): ``Scheduler._forward_isolation`` (scheduler.py:4570)
+    snapshots every dataclass field of a speculative batch around the forward and restores them afterwards, with a
+    ``dataclasses.fields`` walk and 99 ``getattr`` and ``setattr`` calls a step: 30 us on a warm CPU, more after a
+    forward has cooled the caches, and as much for a parked step (a plain decode) as for a drafting one. Here the
+    same snapshot is one C-level read of the batch's ``__dict__`` by the field names (cached per class) and the
+    restore one ``__dict__.update``; the rest is SGLang's (the forward-only sampling-info copy, the overlap pin).
+    A batch without speculation, or one missing a field in its ``__dict__``, runs SGLang's own."""
+    import operator
+
+    from sglang.srt.managers.scheduler import Scheduler
+
+    original = Scheduler._forward_isolation
+    if getattr(original, "faser_light", False):
+        return
+
+    @contextmanager
+    def isolation(self, batch, *, overlap: bool):
+        names = _field_names(type(batch))
+        state = vars(batch)
+        try:
+            snapshot = None if batch.spec_algorithm.is_none() else operator.itemgetter(*names)(state)
+        except KeyError:
+            snapshot = None
+        if snapshot is None:
+            with original(self, batch, overlap=overlap):
+                yield
+            return
+        if batch.sampling_info is not None:
+            batch.sampling_info = batch.sampling_info.copy_for_forward()
+        if overlap:
+            self.record_batch_in_overlap(batch)
+        try:
+            yield
+        finally:
+            state.update(zip(names, snapshot))
+
+    isolation.faser_light = True
+    Scheduler._forward_isolation = isolation
 
 
 def is_faser_capable_worker(worker_cls) -> bool:

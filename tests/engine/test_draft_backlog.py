@@ -104,3 +104,25 @@ def test_seeded_prompt_rows_come_first_and_survive_other_requests_prefills():
         _step(backlog, ["a", f"n{step}"], 100 * step, skipped=[0])
     got = backlog.take(["a"])
     assert got.tokens.tolist() == [11, 12, 100, 200] and got.features[:, 0].tolist() == [11.0, 12.0, 100.0, 200.0]
+
+
+def test_a_seeded_request_missing_from_a_step_that_repeats_the_last_batch_holds_nothing():
+    """A parked batch's step that skips the same requests as the last only appends its rows; a request seeded
+    between two such steps but missing from the second loses its seed as any request missing from a step does."""
+    backlog = DraftBacklog()
+    _step(backlog, ["a", "b"], 100)
+    _seed(backlog, ["n"], [2], [900, 901])
+    _step(backlog, ["a", "b"], 200)  # n's decode is not in this step
+    assert backlog.pending(["n", "a"]).tolist() == [0, 2]
+    got = backlog.take(["a", "b", "n"])
+    assert got.members == [0, 1] and got.tokens.tolist() == [100, 200, 101, 201]
+
+
+def test_a_long_parked_run_keeps_the_newest_rows_of_every_request_alike():
+    backlog = DraftBacklog(limit=4)
+    for step in range(10):
+        _step(backlog, ["a", "b"], 100 * step)
+    _step(backlog, ["b", "a", "c"], 1000)
+    got = backlog.take(["c", "b", "a"])
+    assert got.counts == [1, 4, 4]
+    assert got.tokens.tolist() == [1002, 701, 801, 901, 1000, 700, 800, 900, 1001]
