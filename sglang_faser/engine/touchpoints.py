@@ -155,7 +155,8 @@ def lighten_forward_isolation() -> None:
     ``dataclasses.fields`` walk and 99 ``getattr`` and ``setattr`` calls a step: 30 us on a warm CPU, more after a
     forward has cooled the caches, and as much for a parked step (a plain decode) as for a drafting one. Here the
     same snapshot is one C-level read of the batch's ``__dict__`` by the field names (cached per class) and the
-    restore one ``__dict__.update``; the rest is SGLang's (the forward-only sampling-info copy, the overlap pin).
+    restore one ``__dict__.update``; the rest calls SGLang's own pieces (the forward-only sampling-info copy, the
+    overlap pin).
     A batch without speculation, or one missing a field in its ``__dict__``, runs SGLang's own."""
     import operator
 
