@@ -116,8 +116,17 @@ class DraftBacklog:
         hold none afterwards."""
         if not self._first:
             return None
-        caught, counts, token_parts, feature_parts = [], [], [], []
+        caught, counts, flat = [], [], []
         steps = list(self._steps)
+        parts, at = {}, 0  # each seed and step read: (where it begins in their concatenation, tokens, features)
+
+        def offset(key, tokens, features) -> int:
+            nonlocal at
+            if key not in parts:
+                parts[key] = (at, tokens, features)
+                at += len(tokens)
+            return parts[key][0]
+
         for i in range(len(rids)) if members is None else members:
             rid = rids[i]
             count = self._count(rid)
@@ -127,13 +136,10 @@ class DraftBacklog:
             seed = self._seeds.pop(rid, None)
             from_steps = min(count, self._step - first)
             if count > from_steps:  # the newest of its seeded prompt rows come first
-                tokens, features = seed
-                token_parts.append(tokens[len(tokens) - (count - from_steps):])
-                feature_parts.append(None if features is None else features[len(features) - (count - from_steps):])
+                start = offset(("seed", rid), *seed) + len(seed[0])
+                flat.extend(range(start - (count - from_steps), start))
             for entry in steps[len(steps) - from_steps:]:
-                j = entry.row(rid)
-                token_parts.append(entry.tokens[j: j + 1])
-                feature_parts.append(None if entry.features is None else entry.features[j: j + 1])
+                flat.append(offset(entry.number, entry.tokens, entry.features) + entry.row(rid))
             caught.append(i)
             counts.append(count)
         self._last = None
@@ -142,8 +148,11 @@ class DraftBacklog:
             self._seeds.clear()
         if not caught:
             return None
-        features = None if feature_parts[0] is None else torch.cat(feature_parts)
-        return CatchUp(caught, counts, torch.cat(token_parts), features)
+        held = list(parts.values())  # in insertion order, which is offset order
+        tokens = torch.cat([t for _, t, _ in held])
+        index = torch.tensor(flat, dtype=torch.long, device=tokens.device)
+        features = None if held[0][2] is None else torch.cat([f for _, _, f in held])[index]
+        return CatchUp(caught, counts, tokens[index], features)
 
     def pending(self, rids: list) -> np.ndarray:
         """[B] skipped rows each request of the batch would catch up if it drafted now."""
