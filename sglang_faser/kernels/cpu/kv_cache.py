@@ -46,18 +46,18 @@ def _few_segments(
 
 def _unit_segments(
     req_pool_indices: torch.Tensor, start_offset: torch.Tensor, end_offset: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor] | None:
+) -> tuple[np.ndarray, np.ndarray] | None:
     """(rows, columns) of the cells where no segment holds more than one (a speculative decode step's allocation:
-    each request's next slot, or none), else None: one indexed write, as a plain decode's allocation makes,
-    instead of ``_segment_coords``' numpy work (which cost a CPU step of 8 requests about 0.1 ms)."""
-    start = start_offset.reshape(-1)
-    lengths = end_offset.reshape(-1).numpy() - start.numpy()
+    each request's next slot, or none), else None: one indexed write instead of ``_segment_coords``' numpy work
+    (which cost a CPU step of 8 requests about 0.1 ms)."""
+    start = start_offset.reshape(-1).numpy()
+    lengths = end_offset.reshape(-1).numpy() - start
     if lengths.size == 0 or lengths.max() > 1:
         return None
-    rows = req_pool_indices.reshape(-1)[: lengths.size]
+    rows = req_pool_indices.reshape(-1)[: lengths.size].numpy()
     if lengths.min() == 1:
         return rows, start
-    keep = torch.from_numpy(np.flatnonzero(lengths))
+    keep = np.flatnonzero(lengths)
     return rows[keep], start[keep]
 
 
@@ -85,9 +85,9 @@ def assign_req_to_token_pool_cpu(
                 at += end - start
         return
     unit = _unit_segments(req_pool_indices, start_offset, end_offset)
-    if unit is not None:
+    if unit is not None:  # numpy's indexed write: 6 us at 64 requests against 17 us for torch's index_put (warm)
         rows, cols = unit
-        req_to_token[rows, cols] = out_cache_loc.reshape(-1)[: rows.numel()].to(req_to_token.dtype)
+        req_to_token.numpy()[rows, cols] = out_cache_loc.reshape(-1)[: rows.size].numpy()
         return
     rows, cols, total = _segment_coords(req_pool_indices, start_offset, end_offset)
     if total:
