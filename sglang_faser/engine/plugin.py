@@ -42,6 +42,7 @@ def register() -> None:
     from sglang_faser.engine import request_checks
 
     touchpoints.hook_sampling_params_verify(request_checks.around_verify)
+    touchpoints.hook_request_validation(request_checks.around_validate_one_request)
     from sglang_faser.engine import synthetic_acceptance
 
     synthetic_acceptance.install()  # benchmark-only; does nothing unless its environment variable is set

@@ -36,6 +36,7 @@ re-check each entry here, then re-scan the wheel for new ``from sgl_kernel impor
 | ``Scheduler.draft_worker`` | the FASER worker the control bridge talks to |
 | ``Scheduler._forward_isolation`` (scheduler.py:4570; ``record_batch_in_overlap``, ``SamplingBatchInfo.copy_for_forward``, ``ScheduleBatch.spec_algorithm``) | a FASER server's speculative batch snapshot and restore through the batch's ``__dict__`` (``lighten_forward_isolation``) |
 | ``SamplingParams.verify`` (sampling_params.py:252, tokenizer_manager.py:1567), ``SamplingParams.custom_params`` (:180), ``Req.sampling_params`` | per-request ``{"faser": {...}}`` controls: checked in the HTTP process (400 on a bad value), read by the worker |
+| ``TokenizerManager._validate_one_request`` (tokenizer_manager.py:1307), ``TokenizerManager.model_config.vocab_size``, ``GenerateReqInput.image_data`` / ``video_data`` / ``audio_data`` / ``input_embeds`` | a request's ``input_ids`` checked against the vocabulary in the HTTP process (400; SGLang's scheduler died on one past it) |
 | ``sglang.srt.speculative.eagle_utils.eagle_sample`` (:521; returns ``predict``, ``accept_lens``, ``accept_index``), ``EagleVerifyInput.draft_token`` / ``retrieve_next_token`` / ``draft_token_num`` / ``tree_topk``, ``ScheduleBatch.reqs[i].rid`` | BENCHMARK-ONLY synthetic acceptance (``engine/synthetic_acceptance.py``, only when ``SGLANG_FASER_SYNTHETIC_ACCEPTANCE`` is set) |
 | ``Scheduler.ingest_requests`` / ``get_next_batch_to_run`` / ``run_batch`` / ``process_batch_result`` (scheduler.py:2184, :3894, :4614, :5074), ``TpModelWorker.forward_batch_generation`` (tp_worker.py:622), ``ScheduleBatch.forward_mode`` | BENCHMARK-ONLY phase times of each scheduler iteration (``engine/phase_times.py``, only when ``SGLANG_FASER_PHASE_TIMES`` is set) |
 | ``sglang.srt.entrypoints.warmup.warmup`` (registry of ``--warmups`` names, run before the HTTP server serves), ``TokenizerManager.generate_request`` / ``get_internal_state`` (``effective_max_running_requests_per_dp``, ``faser``), ``GenerateReqInput`` | the start-up warm-up (``engine/warmup.py``) |
@@ -341,6 +342,24 @@ def hook_sampling_params_verify(hook) -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     HookRegistry.register("sglang.srt.sampling.sampling_params.SamplingParams.verify", hook, HookType.AROUND)
+
+
+def hook_request_validation(hook) -> None:
+    """AROUND ``TokenizerManager._validate_one_request(obj, input_ids)`` (tokenizer_manager.py:1307), which runs
+    in the HTTP process for every generate and embedding request, after tokenization."""
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register("sglang.srt.managers.tokenizer_manager.TokenizerManager._validate_one_request", hook,
+                          HookType.AROUND)
+
+
+def text_vocab_size(manager, obj) -> int | None:
+    """The vocabulary a request's ``input_ids`` index, or None where they may hold other ids (a multimodal request's
+    placeholders, which its processor expands) or there are none to check (``input_embeds``)."""
+    other = ("image_data", "video_data", "audio_data", "input_embeds")
+    if any(getattr(obj, name, None) is not None for name in other):
+        return None
+    return manager.model_config.vocab_size
 
 
 # -- benchmark-only synthetic acceptance (engine/synthetic_acceptance.py) ------------------------------------

@@ -117,6 +117,21 @@ def test_bad_custom_params_get_a_400_naming_the_field(servers, custom_params, fi
     assert _generate(url, "still serving", max_new=4).status_code == 200
 
 
+@pytest.mark.parametrize("name", ["on", "off"])
+def test_input_ids_outside_the_vocabulary_get_a_400_and_the_server_keeps_serving(servers, name):
+    """SGLang itself sends such ids to the embedding, where the scheduler dies and every request in flight with it."""
+    url = servers[name].url
+    vocab = requests.get(url + "/get_model_info", timeout=60).json().get("vocab_size")
+    for ids in ([1, 2, 10**6], [1, -3, 2]):
+        body = {"input_ids": ids, "sampling_params": {"temperature": 0, "max_new_tokens": 4}}
+        reply = requests.post(url + "/generate", json=body, timeout=120)
+        assert reply.status_code == 400, reply.text
+        assert "input_ids" in reply.text and str(ids[1] if ids[1] < 0 else ids[2]) in reply.text
+        if vocab is not None:
+            assert f"[0, {vocab})" in reply.text
+    assert _generate(url, "still serving", max_new=4).status_code == 200
+
+
 def test_a_shared_200_token_prefix_hits_the_radix_cache_as_without_faser(servers, tokenizer):
     words = ("Beautiful is better than ugly. Explicit is better than implicit. Simple is better than complex. "
              * 40)
