@@ -58,8 +58,9 @@ DECODE_LOG = re.compile(r"#running-req: (\d+),.*gen throughput \(token/s\): ([\d
 
 
 def prompt(tokens: int, i: int) -> list[int]:
-    """Request ``i``'s prompt: ``tokens`` token ids, the same for every request but the last."""
-    return [1] + [100 + j % 400 for j in range(tokens - 2)] + [600 + i]
+    """Request ``i``'s prompt: ``tokens`` token ids, the same for every request but the last, all below 500 (the
+    deep cycle pair's vocabulary has 512; up to the fifty-first session the last was 600 + i, past it)."""
+    return [1] + [100 + j % 300 for j in range(tokens - 2)] + [400 + i % 100]
 
 
 def decode_step_ms(url: str, batch: int, new_tokens: int, prompt_tokens: int = PROMPT_TOKENS) -> float:
