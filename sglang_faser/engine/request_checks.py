@@ -34,7 +34,7 @@ def around_validate_one_request(original, manager, obj, input_ids, *args, **kwar
 
 
 def check_token_ids(input_ids, vocab_size: int) -> None:
-    """ValueError (an HTTP 400) naming the first id outside [0, vocab_size)."""
+    """ValueError (an HTTP 400) naming an id outside [0, vocab_size): the lowest if negative, else the highest."""
     low, high = min(input_ids), max(input_ids)
     if low < 0 or high >= vocab_size:
         bad = low if low < 0 else high
