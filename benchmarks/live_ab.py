@@ -13,14 +13,15 @@ under load) while the policy is switched live (``/set_internal_state``, what ``f
 it after its first ``--settle`` seconds (the switch's own steps: queued decisions, draft catch-ups); each cycle's
 windows are seconds apart, so the ratio of a policy to the reference (the first ``--policies`` entry) within a
 cycle has the machine's spells and the process's own speed taken out, and the median over cycles is reported with
-how many cycles fell on each side. With ``--rate`` a window is instead one burst from an idle server, the
-regret table's cell (``--requests`` mixed prompts arriving at that rate, Poisson or Gamma), the same burst for
-every policy of a cycle, and its tokens/s is the burst's tokens over its wall time. What it cannot compare: stock
+how many cycles fell on each side. With ``--rate`` a window is instead one burst from an idle server with its
+prefix cache emptied, the regret table's cell (``--requests`` mixed prompts arriving at that rate, Poisson or
+Gamma), the same burst for every policy of a cycle, and its tokens/s is the burst's tokens over its wall time. What it cannot compare: stock
 SGLang configurations (another process), and a policy's behaviour right after start-up (each window starts from
 the state the previous policy left: adaptive's acceptance posteriors keep learning under fixed lengths, not under
 ``off``).
 
-Policies: ``adaptive``, ``off`` (length 0 for all, the worker still in place) and ``fixed:K``.
+Policies: ``adaptive``, ``off`` (length 0 for all, the worker still in place) and ``fixed:K``, each with any knobs
+of its own (``adaptive,uniform_margin=0,draft_margin=0``).
 Writes ``benchmarks/results/live_ab_{tag}.{json,md,png}``.
 """
 
@@ -35,6 +36,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+import requests
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -44,19 +46,37 @@ from benchmarks.serve.configs import spec_flags  # noqa: E402
 from benchmarks.serve.driver import drive  # noqa: E402
 from benchmarks.serve.workload import build, mixed_prompts, output_lengths  # noqa: E402
 from control.engine_client import EngineClient  # noqa: E402
-from sglang_faser.spec.config import FaserConfig, Mode  # noqa: E402
+from sglang_faser.spec.config import KNOB, ConfigError, FaserConfig, Mode  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 
 
 def policy_config(spec: str) -> FaserConfig:
-    """``adaptive`` | ``off`` | ``fixed:K`` as the server's default policy with that mode."""
-    name, _, length = spec.partition(":")
+    """``adaptive`` | ``off`` | ``fixed:K``, then any ``,knob=value`` (``spec/config.py``'s ``KNOBS``), as the whole
+    policy the server runs: every knob not named is at its default, whatever the server was launched with (a push
+    replaces the policy; ``--server-arg --faser-draft-margin=0`` lasted only until the first window's)."""
+    head, *overrides = spec.split(",")
+    name, _, length = head.partition(":")
     if name == "fixed" and length.isdigit():
-        return FaserConfig(mode=Mode.FIXED, fixed_len=int(length))
-    if name in ("adaptive", "off") and not length:
-        return FaserConfig(mode=Mode(name))
-    raise argparse.ArgumentTypeError(f"policy must be adaptive, off or fixed:K, got {spec!r}")
+        config = FaserConfig(mode=Mode.FIXED, fixed_len=int(length))
+    elif name in ("adaptive", "off") and not length:
+        config = FaserConfig(mode=Mode(name))
+    else:
+        raise argparse.ArgumentTypeError(f"policy must be adaptive, off or fixed:K, got {spec!r}")
+    changes = {}
+    for override in overrides:
+        knob, _, text = override.partition("=")
+        if knob not in KNOB or knob == "mode" or not text:
+            raise argparse.ArgumentTypeError(f"{override!r} in {spec!r}: not knob=value of a FASER setting")
+        kind = KNOB[knob].kind
+        try:
+            changes[knob] = text in ("on", "true") if kind == "bool" else (int if kind == "int" else float)(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{override!r} in {spec!r}: {knob} takes a number") from None
+    try:
+        return config.replace(**changes)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(f"{spec!r}: {exc}") from None
 
 
 def schedule(policies: list[str], cycles: int) -> list[tuple[int, str]]:
@@ -122,7 +142,8 @@ async def _run(url: str, args) -> list[dict]:
         if args.rate is None:
             await asyncio.sleep(args.window)
             rate = None
-        else:  # the same burst for every policy of a cycle, a new one each cycle
+        else:  # the same burst for every policy of a cycle, a new one each cycle, each from a cold prefix cache
+            await asyncio.to_thread(flush_prefix_cache, url)
             results, wall = await asyncio.to_thread(drive, url, _burst(args, seed=cycle))
             rate = sum(r.output_tokens for r in results if r.ok) / wall
         ended = time.perf_counter()
@@ -142,6 +163,14 @@ async def _run(url: str, args) -> list[dict]:
             start = w["began"] + args.settle
             w["tokens_per_s"] = sum(n for t, n in tokens if start <= t < w["ended"]) / (w["ended"] - start)
     return windows
+
+
+def flush_prefix_cache(url: str) -> None:
+    """Empty the server's radix cache before a burst: the first policy of a cycle would otherwise prefill that
+    cycle's prompts while the later ones find them cached (in s52's runs the cold window's prefill took 2-3x the
+    warm ones', a 5-12 % handicap on its tokens/s that fell on the reference policy every other cycle)."""
+    response = requests.post(url + "/flush_cache", params={"timeout": 60}, timeout=90)
+    response.raise_for_status()
 
 
 def _burst(args, seed: int) -> list:
@@ -203,7 +232,8 @@ def write(args, windows: list[dict], summary: dict) -> Path:
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--policies", nargs="+", type=str, default=["adaptive", "fixed:1", "off"],
-                    help="adaptive | off | fixed:K; the first is the reference of the ratios")
+                    help="adaptive | off | fixed:K, then any ,knob=value (adaptive,uniform_margin=0); the first is "
+                    "the reference of the ratios")
     ap.add_argument("--concurrency", type=int, default=48, help="requests in flight (the closed loop)")
     ap.add_argument("--rate", type=float, help="each window one burst of --requests arriving at this rate instead")
     ap.add_argument("--arrivals", choices=["poisson", "gamma"], default="poisson")

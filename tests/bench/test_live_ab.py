@@ -5,7 +5,7 @@ import argparse
 import pytest
 
 from benchmarks import live_ab
-from sglang_faser.spec.config import Mode
+from sglang_faser.spec.config import FaserConfig, Mode
 
 
 def test_each_cycle_runs_every_policy_and_every_other_cycle_reverses_the_order():
@@ -23,6 +23,19 @@ def test_policies_are_adaptive_off_or_a_fixed_length_and_anything_else_is_refuse
             live_ab.policy_config(bad)
     with pytest.raises(SystemExit):
         live_ab.parse_args(["--policies", "adaptive", "adaptive"])
+
+
+def test_a_policy_names_its_own_knobs_and_every_other_knob_is_at_its_default():
+    exact = live_ab.policy_config("adaptive,uniform_margin=0,draft_margin=0.5,lazy_prefill=off")
+    assert (exact.mode, exact.uniform_margin, exact.draft_margin, exact.lazy_prefill) == (Mode.ADAPTIVE, 0.0, 0.5,
+                                                                                          False)
+    assert exact.explore == FaserConfig().explore
+    assert live_ab.policy_config("fixed:2,max_len=4").fixed_len == 2
+    for bad, message in (("adaptive,margin=0", "not knob=value"), ("adaptive,mode=off", "not knob=value"),
+                         ("adaptive,explore=", "not knob=value"), ("adaptive,explore=x", "takes a number"),
+                         ("adaptive,explore=9", r"explore: must be in \[0.0, 4.0\]")):
+        with pytest.raises(argparse.ArgumentTypeError, match=message):
+            live_ab.policy_config(bad)
 
 
 def test_ratios_are_taken_within_each_cycle_so_a_slow_cycle_does_not_count_against_one_policy():
