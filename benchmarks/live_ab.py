@@ -15,10 +15,10 @@ windows are seconds apart, so the ratio of a policy to the reference (the first 
 cycle has the machine's spells and the process's own speed taken out, and the median over cycles is reported with
 how many cycles fell on each side. With ``--rate`` a window is instead one burst from an idle server with its
 prefix cache emptied, the regret table's cell (``--requests`` mixed prompts arriving at that rate, Poisson or
-Gamma), the same burst for every policy of a cycle, and its tokens/s is the burst's tokens over its wall time. What it cannot compare: stock
-SGLang configurations (another process), and a policy's behaviour right after start-up (each window starts from
-the state the previous policy left: adaptive's acceptance posteriors keep learning under fixed lengths, not under
-``off``).
+Gamma), the same burst for every policy of a cycle, and its tokens/s is the burst's tokens over its wall time.
+What it cannot compare: stock SGLang configurations (another process), and a policy's behaviour right after
+start-up (each window starts from the state the previous policy left: adaptive's acceptance posteriors keep
+learning under fixed lengths, not under ``off``).
 
 Policies: ``adaptive``, ``off`` (length 0 for all, the worker still in place) and ``fixed:K``, each with any knobs
 of its own (``adaptive,uniform_margin=0,draft_margin=0``).

@@ -30,8 +30,8 @@ The estimate is a Beta posterior per request and position, learnt both ways:
   never failed at 0.93 per position, and its deep drafts at half their worth). g is a running mean over finished
   requests of each one's own rate, not pooled tokens: pooled, the requests that draft most set it (a run of sure
   requests had every new request probe at full depth, a run of doomed ones at length 1 left g near 0 and no
-  later request was ever tried). A finished request votes at each position it ever tried with its rate there,
-  however long it was parked since (decay fades both counts alike); one that never tried a position pulls g there
+  later request was ever tried). A finished request votes at each position it ever tried with its rate there
+  over its whole life (lifetime counts, kept beside the decayed ones); one that never tried a position pulls g there
   back towards the initial ``prior``, so requests that were never tried cannot write speculation off for good. A
   request shorter than ``FULL_VOTE_STEPS`` decode steps votes with that share of a vote (too short to be tried,
   it says little about whether requests are worth trying);
@@ -88,8 +88,9 @@ class AcceptanceTracker:
         # finished requests' own rates by position, over those that tried it: decayed weight, sum, sum of squares
         self._tried = np.zeros((3, max_len))
         self._rows: dict[str, int] = {}
-        # [decayed successes, decayed failures, observations ever] x rows x positions
-        self._counts = np.zeros((3, initial_capacity, max_len))
+        # [decayed successes, decayed failures, observations ever, successes ever] x rows x positions: the decayed
+        # counts are the request's posterior, the lifetime ones its vote when it finishes (``forget``)
+        self._counts = np.zeros((4, initial_capacity, max_len))
         self._backoff = np.zeros(initial_capacity, dtype=np.int64)  # failed probes in a row, per row
         self._finished_backoff = 0.0  # running mean of finished requests' back-off: where a new one starts
         self._idle = np.zeros((initial_capacity, max_len))  # steps since each position was last observed
@@ -177,7 +178,7 @@ class AcceptanceTracker:
 
     def _posterior(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(mean, sd) of the rows whose counts [3, B, max_len] these are."""
-        succ, fail, seen = counts
+        succ, fail, seen = counts[:3]
         # the prior at each position: the request's own rate over all its positions, shrunk towards the server's
         # rate there (a request that passes every draft it tries likely passes deeper ones too)
         own_s, own_f = succ.sum(axis=1, keepdims=True), fail.sum(axis=1, keepdims=True)
@@ -266,6 +267,7 @@ class AcceptanceTracker:
         counts[0] += success
         counts[1] += failure
         counts[2] += observed
+        counts[3] += success
         if not isinstance(rows, slice):
             self._counts[:, rows] = counts
         self._backoff[rows] = np.where(drafted, np.where(accepted > 0, 0, np.minimum(backoff + 1, MAX_BACKOFF)),
@@ -283,6 +285,7 @@ class AcceptanceTracker:
         counts = self._counts[:, row]
         counts[:2] *= 1.0 - self.request_rate
         counts[0, :accepted] += 1.0
+        counts[3, :accepted] += 1.0
         if accepted < proposed:
             counts[1, accepted] += 1.0
         counts[2, :seen] += 1.0
@@ -308,15 +311,17 @@ class AcceptanceTracker:
             self._last_lookup = None  # its row is free for another request
             self._settle(np.array([row]))
             del self._rows[rid]
-            succ, fail, ever = self._counts[:, row]
+            ever, passed = self._counts[2:, row]
             share = min(1.0, self._steps[row] / FULL_VOTE_STEPS)
             vote = REQUEST_PRIOR_RATE * share
-            # a position it ever tried votes with its rate there, however long ago: decay fades both counts
-            # alike, so their ratio stays its rate (weighed by the decayed counts, a request parked after its
-            # probes failed voted mostly for the initial prior, and every new request was probed at full depth)
-            held = succ + fail
-            seen = np.where(held > 0.0, np.minimum(ever, 1.0), 0.0)
-            rate = succ / np.maximum(held, 1e-300)
+            # a position it ever tried votes with its rate there over its whole life, however long ago (weighed
+            # by the decayed counts, a request parked after its probes failed voted mostly for the initial prior,
+            # and every new request was probed at full depth); not by the decayed counts' ratio either, which the
+            # last observation after a parked spell outweighs: at start-up on CPU a request whose first drafts
+            # passed 4 times in 6 voted 0.07 there, its last probe's failure against its faded record, and five
+            # such votes put every new request of a burst at 0.24 where they passed 0.7, parked for the burst
+            seen = np.minimum(ever, 1.0)
+            rate = passed / np.maximum(ever, 1.0)
             target = seen * rate + (1.0 - seen) * self.prior
             self._by_request += vote * (target - self._by_request)
             self._finished_backoff += BACKOFF_PRIOR_RATE * share * (self._backoff[row] - self._finished_backoff)
