@@ -177,7 +177,7 @@ class AcceptanceTracker:
         return self._posterior(self._counts[:, self.rows_for(rids)])  # may grow the table: index it afterwards
 
     def _posterior(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(mean, sd) of the rows whose counts [3, B, max_len] these are."""
+        """(mean, sd) of the rows whose counts [4, B, max_len] these are (the decayed ones and observations ever)."""
         succ, fail, seen = counts[:3]
         # the prior at each position: the request's own rate over all its positions, shrunk towards the server's
         # rate there (a request that passes every draft it tries likely passes deeper ones too)

@@ -68,7 +68,7 @@ def _park(tracker: AcceptanceTracker, rid: str, steps: int) -> None:
 
 
 def test_a_request_parked_after_failed_probes_still_votes_with_its_rate():
-    """Decay fades a parked request's counts but not their ratio: a run of doomed requests, each parked for the
+    """Decay fades a parked request's counts but not its vote: a run of doomed requests, each parked for the
     rest of its life after one failed probe, brings the server's first-position estimate down (before, their
     faded counts voted mostly for the initial prior and every new request was probed at full depth)."""
     tracker = AcceptanceTracker(max_len=4, prior=0.6, explore=0.0)
@@ -80,7 +80,6 @@ def test_a_request_parked_after_failed_probes_still_votes_with_its_rate():
     g = tracker.global_accept_by_position
     assert g[0] < 0.15
     assert g[1:] == pytest.approx(0.6)  # positions none of them tried keep the prior
-
 
 
 def test_a_request_votes_with_its_whole_record_not_its_last_probe():
@@ -100,6 +99,7 @@ def test_a_request_votes_with_its_whole_record_not_its_last_probe():
         tracker.forget(rids[1])
     assert tracker.global_accept_by_position[0] == pytest.approx(4 / 6, abs=0.03)
     assert tracker.untried_by_position()[0][0] == pytest.approx(4 / 6, abs=0.03)
+
 
 def test_accepted_run_and_first_rejection_are_observed_later_positions_are_not():
     tracker = AcceptanceTracker(max_len=4, prior=0.5, explore=0.0)
