@@ -49,6 +49,7 @@ from control.engine_client import EngineClient  # noqa: E402
 from sglang_faser.spec.config import KNOB, ConfigError, FaserConfig, Mode  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
+BOOLS = {"on": True, "true": True, "off": False, "false": False}  # a bool knob's values in a policy
 
 
 def policy_config(spec: str) -> FaserConfig:
@@ -69,8 +70,13 @@ def policy_config(spec: str) -> FaserConfig:
         if knob not in KNOB or knob == "mode" or not text:
             raise argparse.ArgumentTypeError(f"{override!r} in {spec!r}: not knob=value of a FASER setting")
         kind = KNOB[knob].kind
+        if kind == "bool":
+            if text not in BOOLS:
+                raise argparse.ArgumentTypeError(f"{override!r} in {spec!r}: {knob} takes on/off or true/false")
+            changes[knob] = BOOLS[text]
+            continue
         try:
-            changes[knob] = text in ("on", "true") if kind == "bool" else (int if kind == "int" else float)(text)
+            changes[knob] = (int if kind == "int" else float)(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{override!r} in {spec!r}: {knob} takes a number") from None
     try:

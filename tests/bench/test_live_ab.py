@@ -33,7 +33,8 @@ def test_a_policy_names_its_own_knobs_and_every_other_knob_is_at_its_default():
     assert live_ab.policy_config("fixed:2,max_len=4").fixed_len == 2
     for bad, message in (("adaptive,margin=0", "not knob=value"), ("adaptive,mode=off", "not knob=value"),
                          ("adaptive,explore=", "not knob=value"), ("adaptive,explore=x", "takes a number"),
-                         ("adaptive,explore=9", r"explore: must be in \[0.0, 4.0\]")):
+                         ("adaptive,explore=9", r"explore: must be in \[0.0, 4.0\]"),
+                         ("adaptive,lazy_prefill=maybe", "takes on/off")):
         with pytest.raises(argparse.ArgumentTypeError, match=message):
             live_ab.policy_config(bad)
 
