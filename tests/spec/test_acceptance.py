@@ -82,21 +82,19 @@ def test_a_request_parked_after_failed_probes_still_votes_with_its_rate():
     assert g[1:] == pytest.approx(0.6)  # positions none of them tried keep the prior
 
 
-def test_a_request_votes_with_its_whole_record_not_its_last_probe():
+@pytest.mark.parametrize("width", [1, 2])  # batch 1 takes the scalar path, larger batches the array one
+def test_a_request_votes_with_its_whole_record_not_its_last_probe(width):
     """A request whose first drafts passed four times in six, the last a failed probe after a parked spell,
     votes near 4/6 there: its faded counts' ratio, which that one probe outweighs, voted 0.07 and, five such
-    votes at start-up, parked every request of a burst (its batch, twice the request, batched like the others)."""
+    votes at start-up, parked every request of a burst."""
     tracker = AcceptanceTracker(max_len=4, prior=0.6, explore=0.0)
-    outcomes = [(4, 0), (4, 4), (3, 3), (3, 3), (3, 1)]
+    outcomes = [(4, 0), (4, 4), (3, 3), (3, 3), (3, 1)] + [(0, 0)] * 20 + [(1, 0)]
     for i in range(10):
-        rids = [f"r{i}", f"s{i}"]
+        rids = [f"r{i}-{j}" for j in range(width)]
         for proposed, accepted in outcomes:
-            tracker.observe(rids, proposed=np.array([proposed] * 2), accepted=np.array([accepted] * 2))
-        for _ in range(20):
-            tracker.observe(rids, proposed=np.array([0, 0]), accepted=np.array([0, 0]))
-        tracker.observe(rids, proposed=np.array([1, 1]), accepted=np.array([0, 0]))
-        tracker.forget(rids[0])
-        tracker.forget(rids[1])
+            tracker.observe(rids, proposed=np.full(width, proposed), accepted=np.full(width, accepted))
+        for rid in rids:
+            tracker.forget(rid)
     assert tracker.global_accept_by_position[0] == pytest.approx(4 / 6, abs=0.03)
     assert tracker.untried_by_position()[0][0] == pytest.approx(4 / 6, abs=0.03)
 
