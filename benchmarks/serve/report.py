@@ -12,6 +12,16 @@ def _fmt(value, pattern: str = "{:.2f}") -> str:
     return "-" if value is None else pattern.format(value)
 
 
+def accept_length(row: dict) -> str:
+    """SGLang's tokens per verify step, with each prompt kind's where the workload has several (the mixed prompts:
+    how differently its kinds accept is what per-request lengths can exploit)."""
+    kinds = {kind: value for kind, value in (row.get("accept_length_by_kind") or {}).items() if value is not None}
+    overall = _fmt(row["accept_length"])
+    if len(kinds) < 2:
+        return overall
+    return f"{overall} ({', '.join(f'{kind} {value:.2f}' for kind, value in sorted(kinds.items()))})"
+
+
 def chosen_length(row: dict):
     """FASER's mean length per request-step: the server's counters, else the per-request histograms."""
     return row.get("chosen_length_mean") if row.get("chosen_length_mean") is not None else row.get("mean_spec_length")
@@ -48,12 +58,13 @@ def markdown(results: dict, meta: dict) -> str:
                     f"| {config} | {row['output_tokens_per_s']:.1f} | {_fmt(row.get('vs_no_spec'), '{:.2f}x')} | "
                     f"{_fmt(row.get('vs_best_fixed'), '{:.2f}x')} | {ttft['p50']:.3f} / {ttft['p99']:.3f} | "
                     f"{tpot['p50'] * 1e3:.1f} / {tpot['p99'] * 1e3:.1f} | "
-                    f"{e2e['mean']:.2f} / {e2e['p50']:.2f} / {e2e['p99']:.2f} | {_fmt(row['accept_length'])} | "
+                    f"{e2e['mean']:.2f} / {e2e['p50']:.2f} / {e2e['p99']:.2f} | {accept_length(row)} | "
                     f"{_fmt(chosen_length(row))} | {_fmt(row['pruned_share'])} | "
                     f"{row.get('same_output_as_no_spec', '-')} | {row['failed']} |")
             best = next((runs[rate].get("best_fixed") for runs in table.values() if rate in runs), None)
             lines += ["", f"best fixed length here: {best or '- (none run)'}", ""]
-    lines += ["accept len: SGLang's tokens per verify step (bonus included), mean over requests; chosen len: draft "
+    lines += ["accept len: SGLang's tokens per verify step (bonus included), mean over requests (in brackets each "
+              "prompt kind's, where there are several); chosen len: draft "
               "tokens FASER proposed per request-step (FASER configurations); pruned share: verify rows skipped by "
               "early pruning. Ratios are output tokens/s against configurations measured in the same run; the "
               "regret table's TPOT columns are the lowest p50 time per output token among the others over FASER's "

@@ -112,6 +112,17 @@ def test_summary_and_ratios():
     assert table["no-spec"]["1"]["repeats_vs_best_other"] is None
 
 
+def test_the_table_shows_each_prompt_kinds_acceptance_where_there_are_several():
+    from benchmarks.serve.report import markdown
+
+    mixed = metrics.summarise([Result("noise", True, ttft=0.1, e2e=1.0, output_tokens=4, accept_length=1.5),
+                               Result("repeat", True, ttft=0.1, e2e=1.0, output_tokens=4, accept_length=2.5)], 2.0)
+    one_kind = metrics.summarise([Result("chat", True, ttft=0.1, e2e=1.0, output_tokens=4, accept_length=2.0)], 2.0)
+    text = markdown({"poisson": {"fixed-1": {"2.0": mixed}, "fixed-3": {"2.0": one_kind}}}, {})
+    assert "| 2.00 (noise 1.50, repeat 2.50) |" in text
+    assert "| 2.00 |" in text and "chat 2.00" not in text
+
+
 def test_repeats_report_the_median_run():
     rows = [{"output_tokens_per_s": v, "ttft_s": v} for v in (9.0, 7.0, 8.0)]
     row = metrics.median_row(rows)
