@@ -19,7 +19,8 @@ Prints a table with ratios against no-spec and the best fixed length, and writes
     python benchmarks/spec_lengths_cpu.py --batch-one [--repeats 3] [--max-new-tokens 256] [--pair deep]
 
 ``--batch-one``: one request at a time, sure and doomed prompts measured apart, every server up at once and the
-configurations alternating within each repeat (median of the repeats). It checks the policy at the two extremes:
+configurations alternating within each repeat, FASER run beside its targets; its ratio is the median of the
+repeats' own ratios (``batch_one_table``). It checks the policy at the two extremes:
 with drafts that always pass FASER should reach the window (max-len) within a few steps and run as fast as the best
 fixed length; with drafts that never pass, as fast as no speculation. The server's start-up sweep runs during a
 warm-up request of each kind. Writes ``spec_lengths_cpu_batch1[-deep].{json,md,png}``.
@@ -175,23 +176,28 @@ def plot(results: list[dict], path: Path, pair: str) -> None:
     fig.savefig(path, dpi=100)
 
 
+# batch 1's run order: FASER beside both of its targets (no-spec for doomed prompts, fixed-5 for sure ones), so
+# that each repeat's ratio compares runs seconds apart (the order is reversed every other repeat)
+BATCH_ONE_ORDER = ("fixed-1", "fixed-3", "no-spec", "faser", "fixed-5")
+
+
 def batch_one(suite, args) -> None:
-    """Sure and doomed prompts one at a time; the median of alternating repeats per configuration and kind."""
+    """Sure and doomed prompts one at a time, the configurations alternating within each repeat."""
     configs = configurations()
+    order = [name for name in BATCH_ONE_ORDER if name in configs]
     kinds = {"sure": [0, 3], "doomed": [0, CYCLE_SPLIT + 1]}
-    runs = {kind: {name: [] for name in configs} for kind in kinds}
-    servers = {name: ServerProcess(server_flags(flags, suite, 1, args.pair) + ["--sleep-on-idle"],
+    runs = {kind: {name: [] for name in order} for kind in kinds}
+    servers = {name: ServerProcess(server_flags(configs[name], suite, 1, args.pair) + ["--sleep-on-idle"],
                                    log_path=Path(tempfile.gettempdir()) / f"faser-bench1-{name}.log")
-               for name, flags in configs.items()}
+               for name in order}
     try:
         for server in servers.values():
             server.start()
             for prompt in kinds.values():  # warm-up; FASER's start-up sweep runs here
                 run_one(server.url, prompt, args.max_new_tokens)
         for repeat in range(args.repeats):
-            order = list(configs) if repeat % 2 == 0 else list(reversed(configs))
             for kind, prompt in kinds.items():
-                for name in order:
+                for name in (order if repeat % 2 == 0 else order[::-1]):
                     runs[kind][name].append(run_one(servers[name].url, prompt, args.max_new_tokens))
                     print(f"[bench] repeat {repeat} {kind:6s} {name:8s} "
                           f"{runs[kind][name][-1]['tokens'] / runs[kind][name][-1]['latency_s']:.1f} tok/s", flush=True)
@@ -200,14 +206,29 @@ def batch_one(suite, args) -> None:
             server.stop()
     meta = {"pair": args.pair, "repeats": args.repeats, "max_new_tokens": args.max_new_tokens,
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset")}  # the servers inherit it
-    table, lines = {}, [f"# Batch 1 on CPU: one request at a time ({PAIR_TITLES[args.pair]}, window {WINDOW})", "",
-                        f"{json.dumps(meta)}", ""]
-    for kind in kinds:
+    table = batch_one_table(runs)
+    text = batch_one_report(table, meta, args.pair)
+    print(text)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    record = {"args": vars(args), "meta": meta, "kinds": table}
+    stem = "spec_lengths_cpu_batch1" + ("" if args.pair == "cycle" else f"-{args.pair}")
+    (RESULTS / f"{stem}.json").write_text(json.dumps(record, indent=1) + "\n")
+    (RESULTS / f"{stem}.md").write_text(text)
+    plot_batch_one(table, RESULTS / f"{stem}.png")
+
+
+def batch_one_table(runs: dict[str, dict[str, list[dict]]]) -> dict:
+    """Per kind: each configuration's median tokens/s over the repeats, and FASER against its target (no-spec for
+    doomed prompts, the best fixed length for sure ones) as the median of the repeats' own ratios (``paired``: a
+    repeat's runs lie seconds apart, while this machine's plain step time moves by up to 30 % between requests a
+    minute apart, so a ratio of two medians mixes repeats of different speeds) beside the ratio of the medians."""
+    table = {}
+    for kind, by_name in runs.items():
         rows = {}
-        for name in configs:
-            tps = [r["tokens"] / r["latency_s"] for r in runs[kind][name]]
-            last = runs[kind][name][-1]
-            below = [sum(r["histogram"][:WINDOW]) for r in runs[kind][name] if r["histogram"]]
+        for name, rs in by_name.items():
+            tps = [r["tokens"] / r["latency_s"] for r in rs]
+            last = rs[-1]
+            below = [sum(r["histogram"][:WINDOW]) for r in rs if r["histogram"]]
             rows[name] = {"tok_per_s": statistics.median(tps), "repeats_tok_per_s": tps,
                           "accept_length": last["accept_length"], "mean_len": last["mean_len"],
                           # the most verify steps any repeat spent below max-len, of its steps
@@ -215,9 +236,21 @@ def batch_one(suite, args) -> None:
                           "steps": sum(last["histogram"]) if last["histogram"] else None}
         best_fixed = max((n for n in rows if n.startswith("fixed-")), key=lambda n: rows[n]["tok_per_s"])
         target = "no-spec" if kind == "doomed" else best_fixed
-        table[kind] = {"rows": rows, "best_fixed": best_fixed, "faser_vs_target": rows["faser"]["tok_per_s"]
-                       / rows[target]["tok_per_s"], "target": target}
-        lines += [f"## {kind} prompts (FASER against {target}: {table[kind]['faser_vs_target']:.3f}x)", "",
+        paired = [a / b for a, b in zip(rows["faser"]["repeats_tok_per_s"], rows[target]["repeats_tok_per_s"])]
+        table[kind] = {"rows": rows, "best_fixed": best_fixed, "target": target,
+                       "faser_vs_target": statistics.median(paired), "repeats_vs_target": paired,
+                       "medians_vs_target": rows["faser"]["tok_per_s"] / rows[target]["tok_per_s"]}
+    return table
+
+
+def batch_one_report(table: dict, meta: dict, pair: str) -> str:
+    lines = [f"# Batch 1 on CPU: one request at a time ({PAIR_TITLES[pair]}, window {WINDOW})", "",
+             f"{json.dumps(meta)}", ""]
+    for kind, entry in table.items():
+        rows, best_fixed, target = entry["rows"], entry["best_fixed"], entry["target"]
+        spread = ", ".join(f"{r:.2f}" for r in sorted(entry["repeats_vs_target"]))
+        lines += [f"## {kind} prompts (FASER against {target}: {entry['faser_vs_target']:.3f}x, the median of the "
+                  f"repeats' ratios; {entry['medians_vs_target']:.3f}x of the medians; repeats {spread})", "",
                   "| config | tok/s | vs no-spec | vs best fixed | accept length | FASER mean len | FASER steps below "
                   "max-len / steps |", "|---|---|---|---|---|---|---|"]
         for name, r in rows.items():
@@ -227,14 +260,7 @@ def batch_one(suite, args) -> None:
             lines.append(f"| {name} | {r['tok_per_s']:.1f} | {r['tok_per_s'] / rows['no-spec']['tok_per_s']:.2f}x | "
                          f"{r['tok_per_s'] / rows[best_fixed]['tok_per_s']:.2f}x | {accept} | {mean_len} | {below} |")
         lines.append("")
-    text = "\n".join(lines)
-    print(text)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    record = {"args": vars(args), "meta": meta, "kinds": table}
-    stem = "spec_lengths_cpu_batch1" + ("" if args.pair == "cycle" else f"-{args.pair}")
-    (RESULTS / f"{stem}.json").write_text(json.dumps(record, indent=1) + "\n")
-    (RESULTS / f"{stem}.md").write_text(text)
-    plot_batch_one(table, RESULTS / f"{stem}.png")
+    return "\n".join(lines)
 
 
 def plot_batch_one(table: dict, path: Path) -> None:
