@@ -20,7 +20,8 @@ Prints a table with ratios against no-spec and the best fixed length, and writes
 
 ``--batch-one``: one request at a time, sure and doomed prompts measured apart, every server up at once and the
 configurations alternating within each repeat, FASER run beside its targets; its ratio is the median of the
-repeats' own ratios (``batch_one_table``). It checks the policy at the two extremes:
+repeats' own ratios (``batch_one_table``), shown beside an A/A control: a second no-spec server's ratio to the first,
+what this machine measures between two servers of the same code. It checks the policy at the two extremes:
 with drafts that always pass FASER should reach the window (max-len) within a few steps and run as fast as the best
 fixed length; with drafts that never pass, as fast as no speculation. The server's start-up sweep runs during a
 warm-up request of each kind. Writes ``spec_lengths_cpu_batch1[-deep].{json,md,png}``.
@@ -177,14 +178,18 @@ def plot(results: list[dict], path: Path, pair: str) -> None:
 
 
 # batch 1's run order: FASER beside both of its targets (no-spec for doomed prompts, fixed-5 for sure ones), so
-# that each repeat's ratio compares runs seconds apart (the order is reversed every other repeat)
-BATCH_ONE_ORDER = ("fixed-1", "fixed-3", "no-spec", "faser", "fixed-5")
+# that each repeat's ratio compares runs seconds apart (the order is reversed every other repeat); ``AA_CONTROL``, a
+# second no-spec server, beside no-spec: their ratio is what the same code measures against itself (one of these
+# CPU servers keeps its own speed while it runs, forwards 5-15 % apart between identical ones: phase_times.py)
+AA_CONTROL = "no-spec-2"
+BATCH_ONE_ORDER = ("fixed-1", "fixed-3", AA_CONTROL, "no-spec", "faser", "fixed-5")
 
 
 def batch_one(suite, args) -> None:
     """Sure and doomed prompts one at a time, the configurations alternating within each repeat."""
     configs = configurations()
-    order = [name for name in BATCH_ONE_ORDER if name in configs]
+    configs[AA_CONTROL] = configs["no-spec"]
+    order = list(BATCH_ONE_ORDER)
     kinds = {"sure": [0, 3], "doomed": [0, CYCLE_SPLIT + 1]}
     runs = {kind: {name: [] for name in order} for kind in kinds}
     servers = {name: ServerProcess(server_flags(configs[name], suite, 1, args.pair) + ["--sleep-on-idle"],
@@ -236,11 +241,19 @@ def batch_one_table(runs: dict[str, dict[str, list[dict]]]) -> dict:
                           "steps": sum(last["histogram"]) if last["histogram"] else None}
         best_fixed = max((n for n in rows if n.startswith("fixed-")), key=lambda n: rows[n]["tok_per_s"])
         target = "no-spec" if kind == "doomed" else best_fixed
-        paired = [a / b for a, b in zip(rows["faser"]["repeats_tok_per_s"], rows[target]["repeats_tok_per_s"])]
+        paired = _paired(rows, "faser", target)
         table[kind] = {"rows": rows, "best_fixed": best_fixed, "target": target,
                        "faser_vs_target": statistics.median(paired), "repeats_vs_target": paired,
                        "medians_vs_target": rows["faser"]["tok_per_s"] / rows[target]["tok_per_s"]}
+        if AA_CONTROL in rows:  # the same code against itself: how far apart two servers of it measure
+            table[kind]["aa_repeats"] = _paired(rows, AA_CONTROL, "no-spec")
+            table[kind]["aa"] = statistics.median(table[kind]["aa_repeats"])
     return table
+
+
+def _paired(rows: dict, a: str, b: str) -> list[float]:
+    """Each repeat's tokens/s of ``a`` over ``b``'s."""
+    return [x / y for x, y in zip(rows[a]["repeats_tok_per_s"], rows[b]["repeats_tok_per_s"])]
 
 
 def batch_one_report(table: dict, meta: dict, pair: str) -> str:
@@ -250,8 +263,12 @@ def batch_one_report(table: dict, meta: dict, pair: str) -> str:
         rows, best_fixed, target = entry["rows"], entry["best_fixed"], entry["target"]
         spread = ", ".join(f"{r:.2f}" for r in sorted(entry["repeats_vs_target"]))
         lines += [f"## {kind} prompts (FASER against {target}: {entry['faser_vs_target']:.3f}x, the median of the "
-                  f"repeats' ratios; {entry['medians_vs_target']:.3f}x of the medians; repeats {spread})", "",
-                  "| config | tok/s | vs no-spec | vs best fixed | accept length | FASER mean len | FASER steps below "
+                  f"repeats' ratios; {entry['medians_vs_target']:.3f}x of the medians; repeats {spread})", ""]
+        if "aa" in entry:
+            aa = ", ".join(f"{r:.2f}" for r in sorted(entry["aa_repeats"]))
+            lines += [f"A/A: {AA_CONTROL} against no-spec (the same flags, another server) {entry['aa']:.3f}x, "
+                      f"repeats {aa}", ""]
+        lines += ["| config | tok/s | vs no-spec | vs best fixed | accept length | FASER mean len | FASER steps below "
                   "max-len / steps |", "|---|---|---|---|---|---|---|"]
         for name, r in rows.items():
             below = f"{r['steps_below_max_len']} / {r['steps']}" if r["steps_below_max_len"] is not None else "-"
