@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.serve import metrics, report, telemetry, workload  # noqa: E402
 from benchmarks.serve.configs import EXTRA, QUICK, configurations, deep_cycle_pair  # noqa: E402
 from benchmarks.serve.driver import drive  # noqa: E402
+from sglang_faser.engine.phase_times import ENV as PHASE_TIMES_VAR  # noqa: E402
 from sglang_faser.engine.step_trace import ENV_VAR as TRACE_VAR  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -84,13 +85,17 @@ def run_config(name: str, flags: list[str], args, workloads: dict, progress) -> 
 
 
 def trace_env(name: str) -> dict[str, str]:
-    """Each configuration's FASER servers write their own step trace (``SGLANG_FASER_STEP_TRACE=steps.jsonl``:
-    ``steps_faser.jsonl``, ``steps_faser-k0.jsonl``, ...), so that one trace holds one policy's steps."""
-    path = os.environ.get(TRACE_VAR)
-    if not path:
-        return {}
-    base = Path(path)
-    return {TRACE_VAR: str(base.with_name(f"{base.stem}_{name}{base.suffix}"))}
+    """Each configuration's servers write their own step trace (``SGLANG_FASER_STEP_TRACE=steps.jsonl``:
+    ``steps_faser.jsonl``, ``steps_faser-k0.jsonl``, ...; FASER's servers only) and their own scheduler phase times
+    (``SGLANG_FASER_PHASE_TIMES=phases``: ``phases_no-spec.PID``, ...; every server, ``engine/phase_times.py``), so
+    that one file holds one configuration's steps."""
+    out = {}
+    for var in (TRACE_VAR, PHASE_TIMES_VAR):
+        path = os.environ.get(var)
+        if path:
+            base = Path(path)
+            out[var] = str(base.with_name(f"{base.stem}_{name}{base.suffix}"))
+    return out
 
 
 def log_path(args, name: str) -> Path:

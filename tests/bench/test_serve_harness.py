@@ -211,13 +211,17 @@ def test_serving_time_compiles_and_a_step_trace_are_reported(tmp_path):
     assert "**FASER's servers wrote a step trace**" in traced
 
 
-def test_each_configuration_writes_its_own_step_trace(monkeypatch):
+def test_each_configuration_writes_its_own_step_trace_and_phase_times(monkeypatch):
     from benchmarks import serve_bench
 
     monkeypatch.delenv("SGLANG_FASER_STEP_TRACE", raising=False)
+    monkeypatch.delenv("SGLANG_FASER_PHASE_TIMES", raising=False)
     assert serve_bench.trace_env("faser") == {}
     monkeypatch.setenv("SGLANG_FASER_STEP_TRACE", "/tmp/r/steps.jsonl")
     assert serve_bench.trace_env("faser-k0") == {"SGLANG_FASER_STEP_TRACE": "/tmp/r/steps_faser-k0.jsonl"}
+    monkeypatch.setenv("SGLANG_FASER_PHASE_TIMES", "/tmp/r/phases")
+    assert serve_bench.trace_env("no-spec") == {"SGLANG_FASER_STEP_TRACE": "/tmp/r/steps_no-spec.jsonl",
+                                                "SGLANG_FASER_PHASE_TIMES": "/tmp/r/phases_no-spec"}
 
 
 def test_lossless_check_counts_outputs_equal_to_no_spec_and_drops_the_texts():
