@@ -12,7 +12,8 @@ step, every decided one) is priced first and recorded after, and the ragged veri
 Scored: each step's own price against what it measured, with the host gap before it (log error), overall and for
 the first three steps of each (batch bucket, drafting depth), where a new shape's price comes from elsewhere; and
 consecutive steps of one bucket that switched depth (the price ratio against the measured one), which is what a
-choice between depths rests on. The variant is any copy of
+choice between depths rests on; and, by batch bucket, parking's price at each decision that drafted beside what the
+trace's parked steps measured (``parked_table``). The variant is any copy of
 ``sglang_faser/spec/cost_model.py`` with the same interface, so a change to the model is tried against every kept
 trace before a server runs it (benchmarks/results/HISTORY.md, the thirty-ninth session's paragraph, has two such
 tries). Shapes are the ragged path's (each request's own rows): GPU traces, verified uniformly, are priced a little
@@ -90,6 +91,7 @@ def replay(cm, steps: list[dict]) -> dict:
     "fidelity": [log(replayed / the server's price) of each decided parked step]}."""
     model = cm.StepCostModel(draft_cut=True)
     own, uses, switches, fidelity = [], {n: [] for n in range(FIRST_USES)}, [], []
+    parked_prices, parked_measured = [], []  # (batch, ms): parking priced at drafting decisions; parked steps run
     sweep, warm_shapes, last, ran = 0, set(), {}, Counter()  # ran: live steps recorded by (bucket, depth)
     for i, step in enumerate(steps):
         if "profile" in step:  # the start-up profile's verify passes: the prior the first steps decide on
@@ -112,6 +114,10 @@ def replay(cm, steps: list[dict]) -> dict:
             continue
         if not step.get("held") and depth == 0 and step.get("expected_ms"):  # the server priced this very shape
             fidelity.append(math.log(float(model.step_ms(batch, rows, 0, 0, 0, context)) / step["expected_ms"]))
+        if not step.get("held") and depth:  # what parking this batch would have cost, as the model stood
+            parked_prices.append((batch, float(model.step_ms(batch, batch, 0, 0, 0, context))))
+        elif depth == 0:
+            parked_measured.append((batch, step["verify_ms"] + step["draft_ms"]))
         if not sampled(steps, i):
             if step.get("ragged"):  # the ragged verifier's passes are cost samples all the same
                 model.record(cm.VERIFY, batch, rows, step["verify_ms"], context=context)
@@ -134,7 +140,21 @@ def replay(cm, steps: list[dict]) -> dict:
         model.record(cm.DRAFT, batch, depth, step["draft_ms"], rows=draft_rows, drafting=drafting)
         modelled = model.modelled_step_ms(batch, rows, depth, draft_rows, drafting, context)
         model.record_step(batch, depth, modelled, ms, shape=(rows, draft_rows, drafting, context))
-    return {"own": own, "uses": uses, "switches": switches, "fidelity": fidelity}
+    return {"own": own, "uses": uses, "switches": switches, "fidelity": fidelity, "parked_prices": parked_prices,
+            "parked_measured": parked_measured}
+
+
+def parked_table(prices: list[tuple[int, float]], measured: list[tuple[int, float]]) -> list[tuple]:
+    """Per batch-size bucket: (bucket, decisions, median price of parking where the step drafted, parked steps,
+    their median measured ms, with the host gap before them): a model that overprices parking drafts where
+    parking pays (a Gamma 16 trace of the fifty-sixth session priced it 15-60 % above its own parked steps)."""
+    rows = []
+    for bucket in sorted({1 << (b.bit_length() - 1) for b, _ in prices + measured}):
+        at = [ms for b, ms in prices if 1 << (b.bit_length() - 1) == bucket]
+        ran = [ms for b, ms in measured if 1 << (b.bit_length() - 1) == bucket]
+        rows.append((bucket, len(at), statistics.median(at) if at else None, len(ran),
+                     statistics.median(ran) if ran else None))
+    return rows
 
 
 def summary(errors: list[float], ratio: str = "measured / priced") -> str:
@@ -150,11 +170,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--module", help="a variant of sglang_faser/spec/cost_model.py (default: the package's)")
     args = parser.parse_args(argv)
     cm = load_model(args.module)
-    total = {"own": [], "uses": {n: [] for n in range(FIRST_USES)}, "switches": [], "fidelity": []}
+    total = {"own": [], "uses": {n: [] for n in range(FIRST_USES)}, "switches": [], "fidelity": [], "parked_prices": [],
+             "parked_measured": []}
     for path in args.traces:
         for steps in servers(read(path)):
             scored = replay(cm, steps)
-            for key in ("own", "switches", "fidelity"):
+            for key in ("own", "switches", "fidelity", "parked_prices", "parked_measured"):
                 total[key] += scored[key]
             for n, errors in scored["uses"].items():
                 total["uses"][n] += errors
@@ -164,6 +185,10 @@ def main(argv=None) -> dict:
     print(f"depth switches: {summary(total['switches'], 'priced ratio / measured ratio')}")
     # the package's model on a trace of the same code prices as the server did: 1.000 (older traces lack the profile)
     print(f"decided parked steps: {summary(total['fidelity'], 'replayed price / server price')}")
+    print("parking as priced where a step drafted, beside the parked steps run (median ms, by batch bucket):")
+    for bucket, n, price, m, ran in parked_table(total["parked_prices"], total["parked_measured"]):
+        print(f"  {bucket:3d}+: priced {'-' if price is None else f'{price:.1f}'} at {n} drafting decisions, "
+              f"measured {'-' if ran is None else f'{ran:.1f}'} over {m} parked steps")
     return total
 
 

@@ -65,3 +65,17 @@ def test_a_replay_prices_each_decided_parked_step_as_the_server_did_on_a_trace_o
     trace = replay_costs.ROOT / "benchmarks" / "results" / "traces" / "steps_s41-c16-64.jsonl.gz"
     fidelity = replay_costs.main([str(trace)])["fidelity"]
     assert len(fidelity) > 100 and max(map(abs, fidelity)) < 1e-3
+
+
+def test_parking_is_priced_where_steps_drafted_beside_the_parked_steps_run(tmp_path):
+    """On a machine whose costs are linear, the fitted model's price for parking a batch that drafted is what the
+    parked steps of the same batch sizes measure (a live trace's gap between the two is a mispriced choice)."""
+    path = tmp_path / "steps.jsonl"
+    path.write_text("\n".join(json.dumps(s) for s in _server()) + "\n")
+    total = replay_costs.main([str(path)])
+    # 90 live steps at depths i % 4: 23 parked; of the 67 that drafted, two held (not decided there)
+    assert (len(total["parked_measured"]), len(total["parked_prices"])) == (23, 65)
+    table = replay_costs.parked_table(total["parked_prices"][-30:], total["parked_measured"][-10:])
+    assert [row[0] for row in table] == [2, 4]
+    for bucket, n, price, m, ran in table:
+        assert n and m and abs(price / ran - 1) < 0.1
