@@ -63,7 +63,7 @@ def run_config(name: str, flags: list[str], args, workloads: dict, progress) -> 
 
     log = log_path(args, name)
     log.parent.mkdir(parents=True, exist_ok=True)
-    server = ServerProcess(server_flags(flags, args), log_path=log, env=trace_env(name))
+    server = ServerProcess(server_flags(flags, args), log_path=log, env=per_config_env(name))
     rows: dict = {}
     try:
         server.start(timeout=args.server_timeout)
@@ -84,7 +84,7 @@ def run_config(name: str, flags: list[str], args, workloads: dict, progress) -> 
     return rows
 
 
-def trace_env(name: str) -> dict[str, str]:
+def per_config_env(name: str) -> dict[str, str]:
     """Each configuration's servers write their own step trace (``SGLANG_FASER_STEP_TRACE=steps.jsonl``:
     ``steps_faser.jsonl``, ``steps_faser-k0.jsonl``, ...; FASER's servers only) and their own scheduler phase times
     (``SGLANG_FASER_PHASE_TIMES=phases``: ``phases_no-spec.PID``, ...; every server, ``engine/phase_times.py``), so

@@ -216,11 +216,11 @@ def test_each_configuration_writes_its_own_step_trace_and_phase_times(monkeypatc
 
     monkeypatch.delenv("SGLANG_FASER_STEP_TRACE", raising=False)
     monkeypatch.delenv("SGLANG_FASER_PHASE_TIMES", raising=False)
-    assert serve_bench.trace_env("faser") == {}
+    assert serve_bench.per_config_env("faser") == {}
     monkeypatch.setenv("SGLANG_FASER_STEP_TRACE", "/tmp/r/steps.jsonl")
-    assert serve_bench.trace_env("faser-k0") == {"SGLANG_FASER_STEP_TRACE": "/tmp/r/steps_faser-k0.jsonl"}
+    assert serve_bench.per_config_env("faser-k0") == {"SGLANG_FASER_STEP_TRACE": "/tmp/r/steps_faser-k0.jsonl"}
     monkeypatch.setenv("SGLANG_FASER_PHASE_TIMES", "/tmp/r/phases")
-    assert serve_bench.trace_env("no-spec") == {"SGLANG_FASER_STEP_TRACE": "/tmp/r/steps_no-spec.jsonl",
+    assert serve_bench.per_config_env("no-spec") == {"SGLANG_FASER_STEP_TRACE": "/tmp/r/steps_no-spec.jsonl",
                                                 "SGLANG_FASER_PHASE_TIMES": "/tmp/r/phases_no-spec"}
 
 
