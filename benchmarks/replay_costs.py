@@ -147,8 +147,8 @@ def replay(cm, steps: list[dict]) -> dict:
 def parked_table(prices: list[tuple[int, float]], measured: list[tuple[int, float]]) -> list[tuple]:
     """Per batch-size bucket: (bucket, decisions, median price of parking where the step drafted, parked steps,
     their median measured ms, with the host gap before them): a model that overprices parking drafts where
-    parking pays (a Gamma 16 trace of the fifty-sixth session priced it 24 % / 39 % above its own parked steps at
-    16-31 / 32+ requests)."""
+    parking pays. A bucket's decisions and parked steps may fall at different batch sizes in it (a Gamma 16 trace
+    of the fifty-sixth session: 24 % / 39 % apart at 16-31 / 32+ requests, -6 % to +24 % size by size)."""
     rows = []
     for bucket in sorted({1 << (b.bit_length() - 1) for b, _ in prices + measured}):
         at = [ms for b, ms in prices if 1 << (b.bit_length() - 1) == bucket]
