@@ -150,10 +150,6 @@ def main(argv: list[str] | None = None) -> None:
     on_cpu = cpu_bootstrap.using_standin()
     if on_cpu:
         os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
-        # the spawned scheduler's OpenMP workers sleep between parallel regions instead of spinning: passes of up to
-        # 32 tokens run on one thread (kernels/cpu/threads.py), and after a larger pass a spinning worker held the
-        # second core, so a one-thread pass right after ran about 40 % slower on this 2-core machine
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     export_config(config)
     from sglang_faser.models.smollm2 import ModelUnavailable
 

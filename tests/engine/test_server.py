@@ -88,19 +88,6 @@ def test_launcher_runs_the_faser_worker_with_depth_tiers(server):
     assert "depth_tiers=on" in log and "FASER verify path: ragged" in log
 
 
-def test_the_schedulers_openmp_workers_sleep_between_parallel_regions(server):
-    """On CPU the launcher has the scheduler's OpenMP workers wait passively (unless the operator chose a policy):
-    a worker spinning after a two-thread pass holds the second core the one-thread passes and the server's other
-    processes need."""
-    import os
-
-    import psutil
-
-    children = psutil.Process(server.proc.pid).children(recursive=True)
-    scheduler = next(p for p in children if p.name() == "sglang::scheduler")
-    assert scheduler.environ().get("OMP_WAIT_POLICY") == os.environ.get("OMP_WAIT_POLICY", "PASSIVE")
-
-
 def test_the_warmup_runs_every_depth_at_every_batch_bucket_before_serving_and_is_counted_apart(server):
     """Each warm-up batch (2, 3, 4 here) runs every depth with all drafting and with every other request parked
     (sub-batches, catch-ups); none of its steps is a FASER step in the counters, and its costs are the profile
