@@ -12,7 +12,7 @@ step, every decided one) is priced first and recorded after, and the ragged veri
 Scored: each step's own price against what it measured, with the host gap before it (log error), overall and for
 the first three steps of each (batch bucket, drafting depth), where a new shape's price comes from elsewhere; and
 consecutive steps of one bucket that switched depth (the price ratio against the measured one), which is what a
-choice between depths rests on; and, by batch bucket, parking's price at each decision that drafted beside what the
+choice between depths rests on; and, by batch size, parking's price at each decision that drafted beside what the
 trace's parked steps measured (``parked_table``). The variant is any copy of
 ``sglang_faser/spec/cost_model.py`` with the same interface, so a change to the model is tried against every kept
 trace before a server runs it (benchmarks/results/HISTORY.md, the thirty-ninth session's paragraph, has two such
@@ -28,7 +28,7 @@ import importlib.util
 import math
 import statistics
 import sys
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -145,17 +145,18 @@ def replay(cm, steps: list[dict]) -> dict:
 
 
 def parked_table(prices: list[tuple[int, float]], measured: list[tuple[int, float]]) -> list[tuple]:
-    """Per batch-size bucket: (bucket, decisions, median price of parking where the step drafted, parked steps,
-    their median measured ms, with the host gap before them): a model that overprices parking drafts where
-    parking pays. A bucket's decisions and parked steps may fall at different batch sizes in it (a Gamma 16 trace
-    of the fifty-sixth session: 24 % / 39 % apart at 16-31 / 32+ requests, -6 % to +24 % size by size)."""
-    rows = []
-    for bucket in sorted({1 << (b.bit_length() - 1) for b, _ in prices + measured}):
-        at = [ms for b, ms in prices if 1 << (b.bit_length() - 1) == bucket]
-        ran = [ms for b, ms in measured if 1 << (b.bit_length() - 1) == bucket]
-        rows.append((bucket, len(at), statistics.median(at) if at else None, len(ran),
-                     statistics.median(ran) if ran else None))
-    return rows
+    """Per batch size where both are found: (batch, decisions, median price of parking where the step drafted,
+    parked steps, their median measured ms, with the host gap before them): a model that overprices parking drafts
+    where parking pays. By batch size, not bucket: a bucket's drafting decisions and its parked steps fall at
+    different sizes in it (a Gamma 16 trace of the fifty-sixth session: 24 % / 39 % apart by the medians of the
+    16-31 / 32+ buckets, -6 % to +24 % size by size)."""
+    at, ran = defaultdict(list), defaultdict(list)
+    for batch, ms in prices:
+        at[batch].append(ms)
+    for batch, ms in measured:
+        ran[batch].append(ms)
+    return [(batch, len(at[batch]), statistics.median(at[batch]), len(ran[batch]), statistics.median(ran[batch]))
+            for batch in sorted(set(at) & set(ran))]
 
 
 def summary(errors: list[float], ratio: str = "measured / priced") -> str:
@@ -186,10 +187,9 @@ def main(argv=None) -> dict:
     print(f"depth switches: {summary(total['switches'], 'priced ratio / measured ratio')}")
     # the package's model on a trace of the same code prices as the server did: 1.000 (older traces lack the profile)
     print(f"decided parked steps: {summary(total['fidelity'], 'replayed price / server price')}")
-    print("parking as priced where a step drafted, beside the parked steps run (median ms, by batch bucket):")
-    for bucket, n, price, m, ran in parked_table(total["parked_prices"], total["parked_measured"]):
-        print(f"  {bucket:3d}+: priced {'-' if price is None else f'{price:.1f}'} at {n} drafting decisions, "
-              f"measured {'-' if ran is None else f'{ran:.1f}'} over {m} parked steps")
+    print("parking as priced where a step drafted, beside the parked steps run (median ms, by batch size):")
+    for batch, n, price, m, ran in parked_table(total["parked_prices"], total["parked_measured"]):
+        print(f"  {batch:3d}: priced {price:.1f} at {n} drafting decisions, measured {ran:.1f} over {m} parked steps")
     return total
 
 

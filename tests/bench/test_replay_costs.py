@@ -76,6 +76,7 @@ def test_parking_is_priced_where_steps_drafted_beside_the_parked_steps_run(tmp_p
     # 90 live steps at depths i % 4: 23 parked; of the 67 that drafted, two held (not decided there)
     assert (len(total["parked_measured"]), len(total["parked_prices"])) == (23, 65)
     table = replay_costs.parked_table(total["parked_prices"][-30:], total["parked_measured"][-10:])
-    assert [row[0] for row in table] == [2, 4]
-    for bucket, n, price, m, ran in table:
+    assert [row[0] for row in table] == [2, 3, 4]  # every batch size that both drafted and parked
+    for batch, n, price, m, ran in table:
         assert n and m and abs(price / ran - 1) < 0.1
+    assert replay_costs.parked_table([(8, 20.0)], [(9, 18.0)]) == []  # no size in common: nothing compared
