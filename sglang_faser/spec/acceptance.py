@@ -223,6 +223,11 @@ class AcceptanceTracker:
         first = np.where(seldom.any(axis=1), seldom.argmax(axis=1) + 1, self.max_len)
         return np.where(self._backoff[rows] > 0, first, self.max_len)
 
+    def failed_probes(self, rids: list[str]) -> np.ndarray:
+        """[B] each request's back-off (failed probes in a row): parked, its evidence fades at request_rate / 2^b a
+        step."""
+        return self._backoff[self._lookup(rids)]
+
     def first_evidence(self, rids: list[str]) -> np.ndarray:
         """[B] each request's decayed observations of its first draft position (0: never tried, or long faded)."""
         rows = self.rows_for(rids)

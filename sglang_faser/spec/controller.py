@@ -70,6 +70,12 @@ HOLD_RECHECK = 4  # a batch at its bounds (every request parked at 0 or at its c
 # many steps (its estimates move little in between, and a decision costs about a tenth of a small batch's step on
 # CPU) ...
 HOLD_MAX = 16  # ... and after twice as many each time the same batch is found at its bounds again, up to this many
+# (``LONG_HOLD_MAX`` where no request is parked, HOLD_MAX x 2^b where some are, b the fewest failed probes in a row
+# among them, at most ``LONG_HOLD_MAX``): a parked request's evidence fades at request_rate / 2^b a step, so its
+# decision changes that much more slowly, and one drafting its cap is decided again by its first rejection anyway.
+# A full decision took 0.8-1.7 ms of one doomed request's 12 ms steps on the deep pair (caches cold after the
+# forward), 22 in a 256-token request at holds of 16 (back-off 5-6), 11 at these
+LONG_HOLD_MAX = 128
 # A parked batch whose batch size's last priced step took longer than this, or whose batch size (power-of-two bucket)
 # has had no step priced yet, is decided (and its step priced) every step instead: there a decision is a small share of
 # the step, and pricing every step is what corrects a batch size's first estimates. At 32 requests on CPU (35-45 ms
@@ -257,7 +263,7 @@ class LengthController:
         A decision with every request at a bound, parked at length 0 or drafting its cap, is one that new evidence
         can only confirm while drafts keep passing: the batch keeps it (``held``) for ``HOLD_RECHECK`` - 1 more
         steps while it is the same batch, twice as many after each decision that finds it at its bounds again (up
-        to ``HOLD_MAX``). Deciding, observing and pricing a step cost a CPU decode step of a small batch 4-5 % (a
+        to ``HOLD_MAX``; longer where its parked requests' probes failed or none is parked: ``LONG_HOLD_MAX``). Deciding, observing and pricing a step cost a CPU decode step of a small batch 4-5 % (a
         parked step's own cost is a plain decode); a parked batch of ``HOLD_STEP_BATCH`` requests or more whose steps
         take longer than ``HOLD_STEP_MS`` at its batch size (or not priced there yet) is decided and priced every step
         (adaptive mode). A new request, a new policy or a rejected draft (``observe``) decides at once. A drafting
@@ -282,7 +288,7 @@ class LengthController:
                 self._held = _Hold(shape, held, left - 1, hold, parked, kept.steady)
                 self._enqueue(rids, held.lengths, parked)
                 return held if left > 1 else dataclasses.replace(held, sampled=True)
-            hold = min(2 * hold, HOLD_MAX)
+            hold = 2 * hold
         context = context() if callable(context) else context
         backlog = backlog() if callable(backlog) else backlog
         batch = len(rids)
@@ -335,13 +341,23 @@ class LengthController:
                   and not _drafts_on_hope(probs, means, lengths).any())
         self._last_plan = None if steady else repeat
         holds = (bounded or steady) and not calibration and not (adaptive and parked and long_steps)
-        hold = HOLD_RECHECK if steady else hold
+        if steady:
+            hold = HOLD_RECHECK
+        elif holds:
+            hold = min(hold, self._hold_limit(rids, lengths))
         self._held = (_Hold(shape, dataclasses.replace(decision, held=True, sampled=steady), hold - 1, hold, parked,
                             steady) if holds else None)
         # a small parked batch's hold's deciding step is not a sample; a drafting one's is (a rejection may end its
         # hold before its last held step, every time), and so is a large batch's (``HOLD_STEP_BATCH``)
         unsampled = holds and parked and batch < HOLD_STEP_BATCH
         return dataclasses.replace(decision, sampled=False) if unsampled else decision
+
+    def _hold_limit(self, rids: list[str], lengths: np.ndarray) -> int:
+        """How long a batch at its bounds may be held at most (``LONG_HOLD_MAX``)."""
+        parked = lengths == 0
+        if not parked.any():
+            return LONG_HOLD_MAX
+        return min(HOLD_MAX << int(self.tracker.failed_probes(rids)[parked].min()), LONG_HOLD_MAX)
 
     def _resume_ms(self, backlog: np.ndarray, on_hope: np.ndarray) -> np.ndarray:
         """[B] what resuming costs each request this step: its catch-up spread over ``RESUME_HORIZON`` steps of

@@ -365,6 +365,38 @@ def test_a_batch_that_parks_again_is_held_twice_as_long_up_to_a_bound():
     assert [controller.decide(["a", "b"]).held for _ in range(4)] == [True, True, True, False]
 
 
+def _deciding_steps(controller, steps: int, accepted: int) -> list[int]:
+    decided = []
+    for step in range(steps):
+        if not controller.decide(["a"]).held:
+            decided.append(step)
+        controller.observe([accepted])
+    return decided
+
+
+def test_a_parked_batch_in_back_off_is_held_longer():
+    """A parked request whose last b probes failed fades at request_rate / 2^b a step, so its batch's holds double
+    up to HOLD_MAX x 2^b (at most LONG_HOLD_MAX) rather than HOLD_MAX: at one doomed request on the deep pair each
+    full decision cost 0.8-1.7 ms of a 12 ms step."""
+    from sglang_faser.spec.controller import HOLD_MAX, LONG_HOLD_MAX
+
+    controller = LengthController(FaserConfig(mode="off"), window=3)
+    for _ in range(2):  # two failed probes in a row
+        controller.tracker.observe(["a"], np.array([1]), np.array([0]))
+    assert controller.tracker.failed_probes(["a"]).tolist() == [2] and HOLD_MAX << 2 <= LONG_HOLD_MAX
+    assert _deciding_steps(controller, 200, 0) == [0, 4, 12, 28, 60, 124, 188]  # holds of 4, 8, ... 64, 64
+
+
+def test_a_batch_drafting_its_caps_is_held_up_to_the_long_bound():
+    """A batch whose every request drafts its cap is decided again at its first rejection anyway; while its drafts
+    pass its holds double up to LONG_HOLD_MAX."""
+    from sglang_faser.spec.controller import LONG_HOLD_MAX
+
+    controller = LengthController(FaserConfig(mode="fixed", fixed_len=2), window=3)
+    assert LONG_HOLD_MAX == 128
+    assert _deciding_steps(controller, 400, 2) == [0, 4, 12, 28, 60, 124, 252, 380]
+
+
 def test_a_batch_whose_steps_are_long_is_decided_and_priced_every_step():
     """A hold saves a decision's share of a short step; a parked batch of ``HOLD_STEP_BATCH`` requests or more
     whose batch size's last measured step took longer than ``HOLD_STEP_MS``, or that no step of its size has been
