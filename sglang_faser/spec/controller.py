@@ -263,9 +263,10 @@ class LengthController:
         A decision with every request at a bound, parked at length 0 or drafting its cap, is one that new evidence
         can only confirm while drafts keep passing: the batch keeps it (``held``) for ``HOLD_RECHECK`` - 1 more
         steps while it is the same batch, twice as many after each decision that finds it at its bounds again (up
-        to ``HOLD_MAX``; longer where its parked requests' probes failed or none is parked: ``LONG_HOLD_MAX``). Deciding, observing and pricing a step cost a CPU decode step of a small batch 4-5 % (a
-        parked step's own cost is a plain decode); a parked batch of ``HOLD_STEP_BATCH`` requests or more whose steps
-        take longer than ``HOLD_STEP_MS`` at its batch size (or not priced there yet) is decided and priced every step
+        to ``HOLD_MAX``; longer where its parked requests' probes failed or none is parked: ``LONG_HOLD_MAX``).
+        Deciding, observing and pricing a step cost a CPU decode step of a small batch 4-5 % (a parked step's own
+        cost is a plain decode); a parked batch of ``HOLD_STEP_BATCH`` requests or more whose steps take longer
+        than ``HOLD_STEP_MS`` at its batch size (or not priced there yet) is decided and priced every step
         (adaptive mode). A new request, a new policy or a rejected draft (``observe``) decides at once. A drafting
         plan below the bounds that the same batch was given twice in a row, on its posterior means alone (no request
         drafting where its hopes lift it, no probe), is steady: held for ``HOLD_RECHECK`` - 1 more steps whatever
