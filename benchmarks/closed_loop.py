@@ -66,12 +66,14 @@ def prior(cm, model, draft_scale: float = 1.0) -> None:
 
 def run(cm, seed: int, steps: int = 1500, spell: float = 0.25, keep: float = 0.97,
         noise: float = 0.15, draft_scale: float = 1.0, small: int | None = None,
-        acceptance: tuple[float, float] = (0.61, 0.85)) -> tuple[float, np.ndarray]:
+        acceptance: tuple[float, float] = (0.61, 0.85),
+        decision_ms: tuple[float, float] = (0.0, 0.0)) -> tuple[float, np.ndarray]:
     """(tokens/ms over the oracle's, steps run at each depth) of one closed loop: FASER's ``LengthController``
     decides every step (its acceptance posteriors fed each request's sampled acceptance, its cost model the
     machine's times as the worker feeds them); requests of 32-96 tokens leave and new ones take their place.
     ``small``: that many requests in flight throughout, at ``SMALL_MS``; ``acceptance``: a draft position's
-    acceptance in the two halves of the requests."""
+    acceptance in the two halves of the requests; ``decision_ms`` (a, b): each step the controller decides
+    anew (not ``held``) costs a + b x batch ms more, a decision's host time, which the oracle does not pay."""
     rng = np.random.default_rng(seed)
     model = cm.StepCostModel(draft_cut=True)
     prior(cm, model, draft_scale)
@@ -112,7 +114,7 @@ def run(cm, seed: int, steps: int = 1500, spell: float = 0.25, keep: float = 0.9
             controller.record_step(batch, rows, depth, draft_rows, drafting, context, ms, step=step)
         survival = np.cumprod(np.repeat(probs[:, None], WINDOW, axis=1), axis=1)
         got[0] += batch + float(np.where(np.arange(WINDOW)[None, :] < lengths[:, None], survival, 0.0).sum())
-        got[1] += true_ms * speed
+        got[1] += true_ms * speed + (0.0 if decision.held else decision_ms[0] + decision_ms[1] * batch)
         tokens = batch + np.concatenate([[0.0], np.cumsum(survival.sum(axis=0))])  # [d]: uniform depth d
         best = int(np.argmax(tokens / table))
         oracle[0] += tokens[best]
@@ -140,10 +142,13 @@ def main(argv=None) -> dict:
     ap.add_argument("--batch", type=int, help="this many requests in flight at the 4-request step costs (SMALL_MS)")
     ap.add_argument("--acceptance", type=float, nargs=2, default=(0.61, 0.85),
                     help="a draft position's acceptance in either half of the requests")
+    ap.add_argument("--decision-ms", type=float, nargs=2, default=(0.0, 0.0), metavar=("A", "B"),
+                    help="host time of each step decided anew: A + B x batch ms (live on CPU about "
+                         "0.4 + 0.025 B, traces/steps_s56-g16)")
     args = ap.parse_args(argv)
     cm = load_model(args.module)
     runs = [run(cm, seed, args.steps, args.spell, args.keep, args.noise, args.draft_prior, args.batch,
-                tuple(args.acceptance))
+                tuple(args.acceptance), tuple(args.decision_ms))
             for seed in range(args.seeds)]
     ratios = [r for r, _ in runs]
     depths = sum(d for _, d in runs)

@@ -304,7 +304,8 @@ class AcceptanceTracker:
 
     def observe_parked(self, rids: list[str]) -> None:
         """A step without drafts (the common step of a parked batch): evidence only fades, when it is next read."""
-        self._unfaded[self._lookup(rids)] += 1.0
+        rows = self._lookup(rids)  # first: a new row may grow the table, and ``_unfaded`` with it
+        self._unfaded[rows] += 1.0
 
     def forget(self, rid: str) -> None:
         """Free a finished request's row; its own acceptance joins the server-wide prior first, as one vote if it

@@ -129,6 +129,16 @@ class StepDecision:
     means: np.ndarray | None = None  # [B, K] the posterior means it decided on (where ``explain``: the step trace)
 
 
+class _Pending(NamedTuple):
+    """A decided step awaiting its acceptance (``observe``)."""
+
+    rids: list[str]
+    lengths: np.ndarray
+    warmup: bool  # a warm-up step: no statistic observes it
+    parked: bool  # nobody drafts
+    gone: frozenset = frozenset()  # its requests that finished before it was observed (``forget``)
+
+
 class _Hold(NamedTuple):
     """A decision a batch keeps without deciding again: at its bounds, or a steady plan (``decide``)."""
 
@@ -215,8 +225,7 @@ class LengthController:
         self.tracker = AcceptanceTracker(max_len=max(window, 1))
         self.cost = cost or StepCostModel()
         self.counters = LengthCounters()
-        # decided steps, oldest first: (rids, lengths, a warm-up step's, parked: nobody drafts)
-        self._pending: deque[tuple[list[str], np.ndarray, bool, bool]] = deque()
+        self._pending: deque[_Pending] = deque()  # decided steps, oldest first
         self._held: _Hold | None = None  # a batch held at its bounds or on a steady plan
         self._last_plan: tuple | None = None  # the last decided step's (inputs, lengths): a repeat is steady
         # batch-size bucket -> its last priced step's measured time (``record_step``): long parked steps are not held
@@ -567,7 +576,7 @@ class LengthController:
         if len(self._pending) == MAX_PENDING_STEPS:  # an observe went missing: forget it rather than grow
             self._pending.popleft()
             self.counters.unobserved += 1
-        self._pending.append((list(rids), lengths, warmup, parked))
+        self._pending.append(_Pending(list(rids), lengths, warmup, parked))
 
     def _enqueue(self, rids: list[str], lengths: np.ndarray, parked: bool) -> None:
         """A decided step (``parked``: nobody drafts): queued for its acceptance (``observe``) and counted."""
@@ -583,8 +592,9 @@ class LengthController:
         """The source rank's lengths for the step just decided: with tensor parallelism every rank runs rank 0's
         decision (the same shapes everywhere), so it replaces this rank's own in the queue and the counters."""
         lengths = np.asarray(lengths, dtype=np.int64)
-        rids, old, warmup, _ = self._pending[-1]
-        self._pending[-1] = (rids, lengths, warmup, not lengths.any())
+        last = self._pending[-1]
+        old, warmup = last.lengths, last.warmup
+        self._pending[-1] = last._replace(lengths=lengths, parked=not lengths.any())
         if warmup:
             return dataclasses.replace(decision, lengths=lengths, depth=int(depth))
         c = self.counters
@@ -598,9 +608,14 @@ class LengthController:
         """Accepted draft counts for the oldest decided step not yet observed."""
         if not self._pending:
             return
-        rids, lengths, warmup, parked = self._pending.popleft()
+        rids, lengths, warmup, parked, gone = self._pending.popleft()
         if warmup:
             return
+        if gone:  # their tokens of this step were dropped, and their statistics must not come back
+            kept = np.array([rid not in gone for rid in rids])
+            rids, lengths = [rid for rid in rids if rid not in gone], lengths[kept]
+            if not parked:
+                accepted = np.asarray(accepted, dtype=np.int64)[: len(kept)][kept]
         if parked:  # nothing drafted: nothing accepted, one token committed each
             self.tracker.observe_parked(rids)
             self.counters.committed += len(rids)
@@ -665,7 +680,13 @@ class LengthController:
         self.cost.record_catch_up(rows, ms)
 
     def forget(self, rid: str) -> None:
+        """A finished request. Under the overlap scheduler a step decided before its result (a stop token) may
+        still hold it: that step's ``observe`` leaves it out, so its row is not made again (each such request kept
+        one for good, and a full table grown inside a parked step's feedback raised an IndexError)."""
         self.tracker.forget(rid)
+        for i, step in enumerate(self._pending):
+            if rid in step.rids:
+                self._pending[i] = step._replace(gone=step.gone | {rid})
 
     def model_report(self) -> dict:
         """What the policy currently believes: fitted step costs (ms) and server-wide acceptance by position."""
@@ -676,6 +697,7 @@ class LengthController:
             "verify_mape": cost.mean_abs_pct_error(VERIFY),
             "draft_mape": cost.mean_abs_pct_error(DRAFT),
             "accept_by_position": [round(float(a), 3) for a in self.tracker.global_accept_by_position],
+            "tracked_requests": len(self.tracker),  # requests with acceptance statistics: those in flight
         }
 
 

@@ -60,3 +60,12 @@ def test_four_requests_in_flight_draft_where_drafting_pays_and_park_where_it_doe
     assert mixed["depths"][0] < 0.75 * 1200 and min(mixed["ratios"]) > 0.84
     doomed = closed_loop.main(["--batch", "4", "--seeds", "2", "--steps", "600", "--acceptance", "0.1", "0.2"])
     assert doomed["depths"][0] > 0.95 * 1200 and min(doomed["ratios"]) > 0.98
+
+
+def test_charging_decisions_costs_the_loop_what_its_decisions_take():
+    """``--decision-ms``: each step decided anew pays that host time, which the oracle does not, so the same loop
+    scores lower by about its share of the steps."""
+    free = closed_loop.main(["--seeds", "1", "--steps", "300"])
+    charged = closed_loop.main(["--seeds", "1", "--steps", "300", "--decision-ms", "2", "0.05"])
+    assert free["depths"] == charged["depths"]  # the same decisions
+    assert 0.9 * free["ratios"][0] < charged["ratios"][0] < 0.99 * free["ratios"][0]

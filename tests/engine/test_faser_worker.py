@@ -146,3 +146,27 @@ def test_the_uniform_verify_path_is_lossless_for_parked_and_drafting_requests(ti
     assert cycles.get_server_info()["internal_states"][0]["faser"]["verify_path"] == "uniform"
     for ids, out in zip([sure, hopeless], outs):
         assert out["output_ids"] == hf_greedy(tiny_suite.cycle_target, ids, 48)
+
+
+def test_requests_that_stop_on_a_token_keep_greedy_output_and_leave_no_statistics(tiny_suite, engine_pool,
+                                                                                 hf_greedy):
+    """Sure and hopeless requests that stop on a token mid-stream, beside one that runs on: their output is the
+    target's greedy output up to the stop token, and once all are done the controller tracks no request (a finished
+    request's statistics are dropped, not kept or made again by a later step's feedback; the controller's own test
+    of that order is ``test_a_request_finished_with_a_step_in_flight_leaves_no_row_behind``)."""
+    engine = _cycle_engine(tiny_suite, engine_pool)
+    prompts = [[0, 10], [0, 300], [0, 20], [0, 310]]
+    runs_on = [0, 30]
+    stops, params = [], []
+    for ids in prompts:
+        reference = hf_greedy(tiny_suite.cycle_target, ids, 48)
+        stop = reference[17]
+        stops.append((reference, reference.index(stop)))
+        params.append({"temperature": 0, "max_new_tokens": 48, "stop_token_ids": [stop]})
+    outs = engine.generate(input_ids=prompts + [runs_on],
+                           sampling_params=params + [{**GREEDY, "max_new_tokens": 64}])
+    for (reference, at), out in zip(stops, outs):
+        assert out["meta_info"]["finish_reason"]["type"] == "stop", out["meta_info"]["finish_reason"]
+        assert reference[:at] == out["output_ids"][:at] and len(out["output_ids"]) <= at + 1
+    assert outs[-1]["output_ids"] == hf_greedy(tiny_suite.cycle_target, runs_on, 64)
+    assert engine.get_server_info()["internal_states"][0]["faser"]["model"]["tracked_requests"] == 0

@@ -793,3 +793,23 @@ def test_a_small_parked_batch_whose_evidence_faded_probes_one_draft_each_togethe
     assert not fresh.decide(rids).lengths.any()
     large, rids = _parked_on_faded_evidence(batch=JOINT_BATCH)
     assert large.decide(rids).probe != "joint"
+
+
+@pytest.mark.parametrize("mode", ["fixed", "adaptive"])
+def test_a_request_finished_with_a_step_in_flight_leaves_no_row_behind(mode):
+    """SGLang's overlap scheduler launches step t + 1 before step t's result finishes a request on a stop token, so
+    that step's acceptance arrives after ``forget``: it must not bring the request back. Brought back, every such
+    request kept a tracker row for good, and once the table was full, growing it inside a parked step's feedback
+    raised an IndexError in the scheduler."""
+    controller = LengthController(FaserConfig(mode=mode, fixed_len=1), window=3)
+    live = ["keep"]
+    for i in range(600):
+        rid = f"r{i}"
+        controller.decide(live + [rid])
+        controller.decide(live + [rid])  # step t + 1, decided before step t's result
+        controller.observe([0, 0])
+        controller.forget(rid)  # step t's result: rid stopped
+        controller.observe([1, 1])  # step t + 1's: rid's token is dropped
+        assert len(controller.tracker) == 1, i
+    decision = controller.decide(live)
+    assert decision.lengths.shape == (1,)
