@@ -613,7 +613,7 @@ class LengthController:
             return
         if gone:  # their tokens of this step were dropped, and their statistics must not come back
             kept = np.array([rid not in gone for rid in rids])
-            rids, lengths = [rid for rid in rids if rid not in gone], lengths[kept]
+            rids, lengths = [rid for rid, keep in zip(rids, kept) if keep], lengths[kept]
             if not parked:
                 accepted = np.asarray(accepted, dtype=np.int64)[: len(kept)][kept]
         if parked:  # nothing drafted: nothing accepted, one token committed each
@@ -682,7 +682,7 @@ class LengthController:
     def forget(self, rid: str) -> None:
         """A finished request. Under the overlap scheduler a step decided before its result (a stop token) may
         still hold it: that step's ``observe`` leaves it out, so its row is not made again (each such request kept
-        one for good, and a full table grown inside a parked step's feedback raised an IndexError)."""
+        one for good, and a parked step's feedback could be what grew a full table)."""
         self.tracker.forget(rid)
         for i, step in enumerate(self._pending):
             if rid in step.rids:

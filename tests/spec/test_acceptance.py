@@ -285,3 +285,12 @@ def test_one_request_alone_is_observed_as_it_would_be_in_a_batch():
         assert alone._backoff[ra] == batched._backoff[rb] and alone._short[ra] == batched._short[rb]
         assert np.array_equal(alone._idle[ra], batched._idle[rb])
     assert alone.estimates(["a"])[1].tolist() == batched.estimates(["a", "b"])[1][:1].tolist()
+
+
+def test_a_parked_step_that_grows_the_table_counts_its_steps_in_the_grown_one():
+    """A parked step's feedback may be the first to see a request when the table is full: the table grows, and
+    the step is counted in the grown table (indexing the old one raised an IndexError)."""
+    tracker = AcceptanceTracker(max_len=2, initial_capacity=1)
+    tracker.observe_parked(["a", "b"])
+    tracker.observe(["a", "b"], np.array([1, 1]), np.array([1, 1]))  # settles the parked step: both seen once
+    assert len(tracker) == 2 and tracker._steps[tracker.rows_for(["a", "b"])].tolist() == [2.0, 2.0]

@@ -799,8 +799,8 @@ def test_a_small_parked_batch_whose_evidence_faded_probes_one_draft_each_togethe
 def test_a_request_finished_with_a_step_in_flight_leaves_no_row_behind(mode):
     """SGLang's overlap scheduler launches step t + 1 before step t's result finishes a request on a stop token, so
     that step's acceptance arrives after ``forget``: it must not bring the request back. Brought back, every such
-    request kept a tracker row for good, and once the table was full, growing it inside a parked step's feedback
-    raised an IndexError in the scheduler."""
+    request kept a tracker row for good (and a parked step's feedback could grow a full table, which raised an
+    IndexError: ``test_a_parked_step_that_grows_the_table_counts_its_steps_in_the_grown_one``)."""
     controller = LengthController(FaserConfig(mode=mode, fixed_len=1), window=3)
     live = ["keep"]
     for i in range(600):
