@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.serve import configs as serve_configs  # noqa: E402
 from benchmarks.serve import workload as serve_workload  # noqa: E402
 from benchmarks.serve.driver import drive  # noqa: E402
+from benchmarks.serve.same_code import SameCode  # noqa: E402
 from benchmarks.spec_lengths_cpu import WINDOW, run_one  # noqa: E402
 from benchmarks.spec_lengths_cpu import server_flags as cycle_flags  # noqa: E402
 from sglang_faser.models.tiny import CYCLE_SPLIT, ensure_tiny_suite  # noqa: E402
@@ -170,10 +171,11 @@ def main() -> None:
     run = runner(args.workload, args) if jobs is None else None
     runs: dict[tuple[str, str], list[float]] = {}
     servers: dict[tuple[str, str], ServerProcess] = {}
+    same_code = SameCode()
     try:
         for repeat in range(args.repeats):
             if not servers:
-                servers = start_servers(keys, args.workload, tree)
+                servers = start_servers(keys, args.workload, tree, same_code)
                 for server in servers.values():  # warm-up (FASER's start-up sweep), not measured: a repeat, or
                     for job in jobs[:2] if jobs is not None else [run]:  # two requests where one runs at a time
                         job(server.url)
@@ -194,17 +196,19 @@ def main() -> None:
         stop_servers(servers)
         if tree is not None:
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
-    report(args, revision, runs)
+    report(args, revision, runs, same_code.code)
 
 
-def start_servers(keys: list, workload: str, tree: Path | None) -> dict:
+def start_servers(keys: list, workload: str, tree: Path | None, same_code: SameCode | None = None) -> dict:
     servers = {}
+    same_code = same_code or SameCode()
     try:
         for config, version in keys:
             log = Path(tempfile.gettempdir()) / f"faser-ab-{config}-{version}.log"
             servers[config, version] = ServerProcess(flags_for(workload, config), log_path=log,
                                                      env=base_env(tree) if version == "base" else None
                                                      ).start(timeout=600)
+            same_code.check(servers[config, version], version)
     except BaseException:
         stop_servers(servers)
         raise
@@ -217,7 +221,7 @@ def stop_servers(servers: dict) -> None:
     servers.clear()
 
 
-def report(args, revision: str | None, runs: dict) -> None:
+def report(args, revision: str | None, runs: dict, code: dict | None = None) -> None:
     """Medians of the repeats' tokens/s, and of their per-repeat ratios (each repeat ran every server under the
     same load; with one request at a time, each request on every server in turn)."""
     median = {key: statistics.median(values) for key, values in runs.items()}
@@ -228,7 +232,7 @@ def report(args, revision: str | None, runs: dict) -> None:
 
     meta = {"base": revision, "workload": args.workload, "repeats": args.repeats, "requests": args.requests,
             "max_new_tokens": args.max_new_tokens, "fresh_servers": bool(getattr(args, "fresh_servers", False)),
-            "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset")}
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset"), "code": code}
     if revision is None:
         lines = [f"# This checkout: {args.workload}", "", f"`{json.dumps(meta)}`", "",
                  "| config | tok/s | vs no-spec |", "|---|---|---|"]

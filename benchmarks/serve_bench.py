@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.serve import metrics, report, telemetry, workload  # noqa: E402
 from benchmarks.serve.configs import EXTRA, QUICK, configurations, deep_cycle_pair  # noqa: E402
 from benchmarks.serve.driver import drive  # noqa: E402
+from benchmarks.serve.same_code import SameCode  # noqa: E402
 from sglang_faser.engine.phase_times import ENV as PHASE_TIMES_VAR  # noqa: E402
 from sglang_faser.engine.step_trace import ENV_VAR as TRACE_VAR  # noqa: E402
 
@@ -57,7 +58,7 @@ def server_flags(flags: list[str], args) -> list[str]:
     return out
 
 
-def run_config(name: str, flags: list[str], args, workloads: dict, progress) -> dict:
+def run_config(name: str, flags: list[str], args, workloads: dict, progress, same_code: SameCode) -> dict:
     """Start one server, drive every (arrivals, rate) workload against it: ``{arrivals: {rate: row}}``."""
     from sglang_faser.server_process import ServerProcess
 
@@ -67,6 +68,7 @@ def run_config(name: str, flags: list[str], args, workloads: dict, progress) -> 
     rows: dict = {}
     try:
         server.start(timeout=args.server_timeout)
+        same_code.check(server)
         first = next(iter(next(iter(workloads.values())).values()))
         drive(server.url, first[:2])  # warm-up, not measured
         for arrivals, by_rate in workloads.items():
@@ -233,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     began = time.time()
     failed_configs = {}  # a server that does not start costs its rows, not the whole run
     runs: dict = {}  # (arrivals, config, rate) -> one row per repeat
+    same_code = SameCode()
     with tqdm(total=total * args.repeats, desc="requests", unit="req") as progress:
         for repeat in range(args.repeats):  # alternating order: a drifting machine does not favour one config
             for name in names if repeat % 2 == 0 else names[::-1]:
@@ -240,21 +243,24 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 progress.set_postfix_str(f"{name} (repeat {repeat + 1}/{args.repeats})")
                 try:
-                    for arrivals, rows in run_config(name, all_configs[name], args, workloads, progress).items():
+                    for arrivals, rows in run_config(name, all_configs[name], args, workloads, progress,
+                                                            same_code).items():
                         for rate, row in rows.items():
                             runs.setdefault((arrivals, name, rate), []).append(row)
                 except (RuntimeError, TimeoutError, OSError) as exc:
                     failed_configs[name] = str(exc)[-2000:]
                     print(f"\n{name}: server failed, skipped: {str(exc)[-300:]}", file=sys.stderr)
                 # after every server: a run cut short (a device lease ending) keeps what it measured
-                text, stem = write_results(args, workloads, runs, failed_configs, began, final=False)
-    text, stem = write_results(args, workloads, runs, failed_configs, began, final=True)
+                text, stem = write_results(args, workloads, runs, failed_configs, began, final=False,
+                                               code=same_code.code.get("new"))
+    text, stem = write_results(args, workloads, runs, failed_configs, began, final=True,
+                               code=same_code.code.get("new"))
     print(text)
     print(f"wrote {stem}.{{json,md,png}}")
     return 0
 
 
-def write_results(args, workloads, runs, failed_configs, began, final):
+def write_results(args, workloads, runs, failed_configs, began, final, code=None):
     """Medians of the repeats so far, ratios and the lossless check, into serve_bench_{tag}.{json,md(,png)}."""
     results: dict = {arrivals: {} for arrivals in workloads}
     for (arrivals, name, rate), rows in runs.items():
@@ -275,6 +281,7 @@ def write_results(args, workloads, runs, failed_configs, began, final):
             # the step trace is FASER's own host work (a JSON line a step): it slows FASER's servers alone
             "step_trace": os.environ.get(TRACE_VAR),
             "serving_time_compiles": serving_compiles(args, sorted({name for _, name, _ in runs})),
+            "code": code,  # ``code_fingerprint`` of the sglang_faser every server ran (benchmarks/serve/same_code.py)
             "minutes": round((time.time() - began) / 60, 1), "complete": final}
     args.out_dir.mkdir(parents=True, exist_ok=True)
     stem = args.out_dir / f"serve_bench_{args.tag}"

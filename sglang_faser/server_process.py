@@ -6,6 +6,7 @@ would. The child gets its own process group; ``stop()`` ends it and every schedu
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import signal
@@ -34,6 +35,17 @@ def launching_tree() -> Path:
             if (parent / "sglang_faser" / "__init__.py").is_file():
                 return parent
     return ROOT
+
+def code_fingerprint(tree: Path) -> str:
+    """A short hash of the ``sglang_faser`` sources under ``tree`` (paths and contents): what a server launched from
+    it runs. A benchmark that starts servers over half an hour compares each server's with the first one's, since
+    an edit to the working tree meanwhile changes what its later servers run (a regret run whose FASER servers
+    ran half-edited code was only noticed from its numbers)."""
+    digest = hashlib.sha1()
+    for path in sorted((tree / "sglang_faser").rglob("*.py")):
+        digest.update(str(path.relative_to(tree)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
+
 
 # uvicorn's message for a taken HTTP port, and the launcher's for a taken control port
 _BIND_FAILED = (b"error while attempting to bind", b"could not start (Failed to bind")
@@ -83,6 +95,7 @@ class ServerProcess:
         self.log_path = log_path
         self._log = None
         self.proc: subprocess.Popen | None = None
+        self.code: str | None = None  # ``code_fingerprint`` of the tree it was started from
         self._assign_ports()
 
     def _assign_ports(self) -> None:
@@ -118,9 +131,11 @@ class ServerProcess:
         return {**os.environ, "PYTHONPATH": path, "PYTHONSAFEPATH": "1", **self._env}
 
     def _start_once(self, timeout: float) -> ServerProcess:
+        env = self.child_env()
+        self.code = code_fingerprint(Path(env["PYTHONPATH"].split(os.pathsep)[0]))
         self._log = open(self.log_path, "wb") if self.log_path else subprocess.PIPE
         self.proc = subprocess.Popen(
-            self.args, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True, env=self.child_env(),
+            self.args, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
         )
         if self._log is subprocess.PIPE:  # no log kept: drain the pipe, remembering only a bind failure
             self._bind_failed = False
