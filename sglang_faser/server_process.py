@@ -36,6 +36,7 @@ def launching_tree() -> Path:
                 return parent
     return ROOT
 
+
 def code_fingerprint(tree: Path) -> str:
     """A short hash of the ``sglang_faser`` sources under ``tree`` (paths and contents): what a server launched from
     it runs. A benchmark that starts servers over half an hour compares each server's with the first one's, since

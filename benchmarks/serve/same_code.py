@@ -18,8 +18,9 @@ class SameCode:
         self.code: dict[str, str] = {}  # version ("new", "base") -> the fingerprint its first server ran
 
     def check(self, server, version: str = "new") -> None:
+        """Raise ``CodeChanged`` where ``server`` runs other code than ``version``'s first server (the caller stops
+        its servers, as after any failed start)."""
         first = self.code.setdefault(version, server.code)
         if server.code != first:
-            server.stop()
             raise CodeChanged(f"sglang_faser changed during the run ({version}: {first} -> {server.code}); its "
                               "results would mix two versions. Run benchmarks from a git worktree to edit meanwhile.")

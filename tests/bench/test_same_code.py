@@ -22,10 +22,8 @@ def test_the_fingerprint_follows_the_sources_a_server_would_import(tmp_path):
 
 
 def test_a_server_running_other_code_than_the_runs_first_stops_the_run():
-    stopped = []
-
     def server(code):
-        return SimpleNamespace(code=code, stop=lambda: stopped.append(code))
+        return SimpleNamespace(code=code)
 
     same = SameCode()
     same.check(server("aaa"))
@@ -33,5 +31,5 @@ def test_a_server_running_other_code_than_the_runs_first_stops_the_run():
     same.check(server("aaa"))
     with pytest.raises(CodeChanged, match="aaa -> ccc"):
         same.check(server("ccc"))
-    assert stopped == ["ccc"] and same.code == {"new": "aaa", "base": "bbb"}
+    assert same.code == {"new": "aaa", "base": "bbb"}
     assert not isinstance(CodeChanged("x"), RuntimeError)  # serve_bench skips a config on RuntimeError only
