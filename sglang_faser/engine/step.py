@@ -227,8 +227,11 @@ class FaserEngine:
         return sgl.lazy_draft_prefill(self.worker, self._seed_backlog, self.backlog.limit)
 
     def _seed_backlog(self, rids: list, counts: list[int], tokens, features) -> None:
-        self.backlog.seed(rids, counts, tokens, features)
-        self.controller.counters.lazy_prefill_rows += sum(counts)
+        counters = self.controller.counters
+        counters.lazy_prefills += 1
+        if rids:  # (none where the step's one request is a chunk that more of its prompt follows)
+            self.backlog.seed(rids, counts, tokens, features)
+            counters.lazy_prefill_rows += sum(counts)
 
     def _drop_backlog(self, rids: list) -> None:
         """The backlog of requests that run a step outside FASER's decode (a mixed prefill-decode step): SGLang's

@@ -799,10 +799,14 @@ def _draft_contexts(worker, stage: str):
 
 def lazy_draft_prefill(worker, keep, limit: int):
     """For one prefill step: the draft's prefill extend (``_draft_extend_for_prefill``, eagle_worker_v2.py:961) does
-    not run where the prefill is whole and plain (not mixed with decodes, no chunk of it follows, no multimodal
-    embeddings); ``keep(rids, counts, tokens, features)`` gets each request's last ``limit`` prompt rows (token
-    and, for EAGLE, the target's feature there) for the draft backlog instead, and the next draft state holds
-    SGLang's zeroed stubs (``_stub_skipped_draft_extend``) with the target's next token as the bonus token."""
+    not run where the prefill is plain (not mixed with decodes, no multimodal embeddings); ``keep(rids, counts,
+    tokens, features)`` gets each whole prompt's last ``limit`` rows (token and, for EAGLE, the target's feature
+    there) for the draft backlog instead, and the next draft state holds SGLang's zeroed stubs
+    (``_stub_skipped_draft_extend``) with the target's next token as the bonus token. A chunk that more of its
+    prompt follows (``batch.chunked_req``) keeps no rows: its prompt's last rows come with its last chunk, and its
+    draft KV here stays stale (acceptance, never correctness). A burst's prefill fills SGLang's chunk (4096 tokens
+    on CPU), so its last request is most often such a chunk: deferring only whole prefills ran the draft over every
+    burst's prompts (3 % of a parked server's time at 32 requests in flight on CPU, by py-spy)."""
     from types import SimpleNamespace
 
     from sglang.srt.speculative.eagle_info import EagleDraftInput
@@ -813,14 +817,14 @@ def lazy_draft_prefill(worker, keep, limit: int):
 
     def deferred(batch, target_hidden_states, next_token_ids, mm_input_embeds=None, kv_loc_plan=None):
         if (mm_input_embeds is not None or batch.forward_mode.is_idle() or batch.forward_mode.is_mixed()
-                or batch.chunked_req_next_prompt_token is not None or (target_hidden_states is None) != standalone):
+                or (target_hidden_states is None) != standalone):
             return original(batch, target_hidden_states, next_token_ids, mm_input_embeds, kv_loc_plan=kv_loc_plan)
-        lens = list(batch.extend_lens)
-        ends = np.cumsum(lens)
-        counts = [min(n, limit) for n in lens]
-        rows = np.concatenate([np.arange(end - n, end) for end, n in zip(ends, counts)])
+        whole = [i for i, req in enumerate(batch.reqs) if req is not batch.chunked_req]
+        ends = np.cumsum(batch.extend_lens)
+        counts = [min(batch.extend_lens[i], limit) for i in whole]
+        rows = np.concatenate([np.arange(ends[i] - n, ends[i]) for i, n in zip(whole, counts)] or [[]])
         index = host_to_device(rows, batch.input_ids.device)
-        keep([req.rid for req in batch.reqs], counts, batch.input_ids[index],
+        keep([batch.reqs[i].rid for i in whole], counts, batch.input_ids[index],
              None if standalone else target_hidden_states[index])
         state = EagleDraftInput(bonus_tokens=next_token_ids, num_tokens_per_req=1, num_tokens_for_logprob_per_req=1)
         worker._stub_skipped_draft_extend(batch, SimpleNamespace(next_draft_input=state))  # reads only that field

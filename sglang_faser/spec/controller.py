@@ -169,6 +169,7 @@ class LengthCounters:
     extend_skipped_requests: int = 0  # requests with k_i = 0 left out of a draft-extend that others ran
     catch_up_rows: int = 0  # draft rows computed to catch up after either
     backlog_dropped_rows: int = 0  # skipped rows never caught up: their requests ran a mixed prefill-decode step
+    lazy_prefills: int = 0  # prefill steps that ran no draft model (lazy prefill; a chunk of a prompt counts too)
     lazy_prefill_rows: int = 0  # prompt rows a prefill left to the backlog instead of the draft (lazy prefill)
     unobserved: int = 0  # decided steps dropped unobserved because MAX_PENDING_STEPS were already waiting
     warmup_steps: int = 0  # steps of the start-up warm-up (spec/warmup.py), counted in nothing above

@@ -32,6 +32,7 @@ pytestmark = pytest.mark.engine
 MAX_NEW = 160
 LONG = 1600  # what the streamed request asks for; it is aborted after MAX_NEW
 SWITCHES = {10: 3, 50: 0, 90: 3, 120: 0}  # streamed tokens -> fixed length from then on
+CHUNK = 64  # the switching servers' chunked-prefill size: longer prompts prefill in several steps
 VERSIONS = itertools.count(2)  # policy versions, increasing across the tests that share a server
 
 
@@ -99,6 +100,7 @@ def switching_server(request, tiny_suite, tmp_path_factory):
     else:
         target = tiny_suite.context_free
         flags = _flags(target, target, "STANDALONE")
+    flags += ["--chunked-prefill-size", str(CHUNK)]  # a long prompt's prefill runs in chunks
     with ServerProcess(flags, log_path=tmp_path_factory.mktemp("catch-up") / "server.log") as server:
         yield request.param, target, server
 
@@ -178,6 +180,34 @@ def test_a_prefill_while_parked_skips_the_draft_and_its_prompt_is_caught_up_when
     assert out["output_ids"] == hf_greedy(target, input_ids, len(out["output_ids"]))
     # the prompt's rows past the radix cache's prefix hit, then the ten or so tokens streamed before the switch
     assert 0 < counters["lazy_prefill_rows"] < counters["catch_up_rows"], counters
+    meta = out["meta_info"]
+    proposed = sum(k * n for k, n in enumerate(meta["spec_cap_lens_histogram"]))
+    assert proposed > 0
+    if pair != "eagle":
+        assert meta["spec_num_correct_drafts"] == proposed, meta
+
+
+def test_a_prompt_prefilled_in_chunks_while_parked_runs_no_draft_and_keeps_greedy_output(
+        switching_server, tokenizer, hf_greedy):
+    """A prompt longer than SGLang's prefill chunk, prefilled while decode steps are parked: none of its chunks runs
+    the draft model (a chunk that more of its prompt follows keeps no backlog rows; its last chunk's rows wait in
+    the backlog), and when the policy turns drafting on the draft catches up and output stays the target's greedy
+    output; on the always-accepted pair every draft after the switch is accepted."""
+    pair, target, server = switching_server
+    requests.post(server.url + "/set_internal_state", timeout=30, json={
+        "server_args": encode_policy(FaserConfig(mode="fixed", fixed_len=0), next(VERSIONS))}).raise_for_status()
+    warm = {"text": "Sparse is better than dense", "sampling_params": {"temperature": 0, "max_new_tokens": 4}}
+    requests.post(server.url + "/generate", json=warm, timeout=300).raise_for_status()  # a parked decode step
+    input_ids = tokenizer(" ".join(f"Readability counts {n} times." for n in range(16))).input_ids
+    chunks = -(-len(input_ids) // CHUNK)
+    assert chunks >= 3, len(input_ids)
+    before = _counters(server)
+    out = _generate_with_switches(server, input_ids, {10: 3, 120: 0})
+    counters = {k: v - before[k] for k, v in _counters(server).items() if isinstance(v, int)}
+    assert out["output_ids"] == hf_greedy(target, input_ids, len(out["output_ids"]))
+    assert counters["lazy_prefills"] == chunks, counters  # every chunk's prefill ran without the draft
+    assert 0 < counters["lazy_prefill_rows"] <= min(CHUNK, len(input_ids) - (chunks - 1) * CHUNK), counters
+    assert counters["catch_up_rows"] > counters["lazy_prefill_rows"], counters
     meta = out["meta_info"]
     proposed = sum(k * n for k, n in enumerate(meta["spec_cap_lens_histogram"]))
     assert proposed > 0
