@@ -72,4 +72,5 @@ def _choose_worker(original_create_worker, algorithm, server_args):
     from sglang_faser.engine.worker import faser_worker_class
 
     touchpoints.lighten_forward_isolation()  # this scheduler process's speculative steps, parked ones too
+    touchpoints.reserve_one_step_ahead(server_args)  # KV slots ahead of each running request: one step's
     return faser_worker_class(worker_cls)
