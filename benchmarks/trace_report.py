@@ -11,7 +11,8 @@ chose on, after the measured residual), tokens
 committed a request against what the policy expected, and tokens a millisecond a request: where the model's
 prices or hopes are off, and which depth paid at which batch size. Below it the climbs, the runs where a batch
 size newly entered started at one draft and went deeper one depth at a time (the cost-side probe,
-``spec/controller.py`` ``_priced_limit``), and the catch-ups (a resumed request's skipped draft rows). The fourth
+``spec/controller.py`` ``_priced_limit``), the catch-ups (a resumed request's skipped draft rows) and, by draft
+position, the acceptance estimates the steps decided on against the share that passed (``calibration``). The fourth
 GPU lease's analysis (``benchmarks/results/gpu/README.md``) is this report on its trace.
 """
 
@@ -91,6 +92,26 @@ def climbs(steps: list[dict]) -> list[dict]:
     return found
 
 
+def calibration(steps: list[dict]) -> list[dict]:
+    """The acceptance estimates against what followed, by draft position: over the request-steps whose drafts reached
+    position t (drafted t or more, the first t - 1 accepted), the posterior mean the step decided on there against
+    the share accepted. Drafting requests' means below what passes price deeper drafts too low (steps traced with
+    ``means``: the controller's ``explain``)."""
+    reached, believed, passed = defaultdict(int), defaultdict(float), defaultdict(int)
+    for step in steps:
+        means = step.get("means")
+        if not means or "accepted" not in step:
+            continue
+        for row, k, a in zip(means, step["lengths"], step["accepted"]):
+            a = min(a, k)
+            for t in range(min(k, a + 1)):
+                reached[t] += 1
+                believed[t] += row[t]
+                passed[t] += t < a
+    return [{"position": t + 1, "reached": reached[t], "mean_estimate": believed[t] / reached[t],
+             "accepted": passed[t] / reached[t]} for t in sorted(reached)]
+
+
 def catch_ups(steps: list[dict]) -> dict:
     ms = [s["catch_up_ms"] for s in steps if s.get("catch_up_ms")]
     return {"count": len(ms), "mean_ms": statistics.fmean(ms) if ms else 0.0}
@@ -100,7 +121,7 @@ def report(lines: list[dict]) -> dict:
     steps = live_steps(lines)
     return {"steps": len(steps), "warmup_steps": sum(bool(x.get("warmup")) for x in lines),
             "step_seconds": sum(map(_measured, steps)) / 1000, "cells": cells(steps),
-            "climbs": climbs(steps), "catch_ups": catch_ups(steps)}
+            "climbs": climbs(steps), "catch_ups": catch_ups(steps), "calibration": calibration(steps)}
 
 
 def markdown(summary: dict, source: str) -> str:
@@ -119,6 +140,11 @@ def markdown(summary: dict, source: str) -> str:
             f"{sum(c['steps_below_top'] for c in found)} steps below their top depth"
             + "".join(f"; {c['bucket']}+: {' '.join(map(str, c['depths']))}" for c in found) + ".",
             f"Catch-ups: {summary['catch_ups']['count']}, {summary['catch_ups']['mean_ms']:.1f} ms on average.", ""]
+    if summary["calibration"]:
+        out += ["| draft position | reached | mean estimate | accepted |", "|---|---|---|---|"]
+        out += [f"| {c['position']} | {c['reached']} | {c['mean_estimate']:.3f} | {c['accepted']:.3f} |"
+                for c in summary["calibration"]]
+        out.append("")
     return "\n".join(out)
 
 

@@ -39,3 +39,13 @@ def test_cells_climbs_and_catch_ups_of_a_trace(tmp_path):
     assert summary["catch_ups"] == {"count": 1, "mean_ms": 2.0}
     text = trace_report.markdown(summary, path.name)
     assert "| 16+ | 3 | 3 |" in text and "Climbs from one draft at a newly entered batch bucket: 1, 4 steps" in text
+
+
+def test_calibration_sets_each_positions_estimates_against_what_passed():
+    step = {"batch": 3, "depth": 2, "lengths": [2, 2, 0], "accepted": [2, 0, 0], "step_ms": 5.0, "host_ms": 0.0,
+            "expected_ms": 5.0, "expected_tokens": 4.0, "means": [[0.9, 0.8], [0.5, 0.4], [0.3, 0.3]]}
+    rows = trace_report.calibration([step, {**step, "means": None}])  # a step traced without means: left out
+    # position 1: both drafting requests reached it, one passed; position 2: only the first, which passed
+    assert rows == [{"position": 1, "reached": 2, "mean_estimate": pytest.approx(0.7), "accepted": 0.5},
+                    {"position": 2, "reached": 1, "mean_estimate": pytest.approx(0.8), "accepted": 1.0}]
+    assert "| 1 | 2 | 0.700 | 0.500 |" in trace_report.markdown(trace_report.report([step]), "t")
